@@ -1,0 +1,1 @@
+"""Baselines on stable-baselines3. Importing registers them."""

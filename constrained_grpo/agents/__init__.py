@@ -1,0 +1,1 @@
+"""Agents of the suite: the Constrained GRPO family. Importing registers them."""

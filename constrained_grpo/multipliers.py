@@ -1,0 +1,306 @@
+"""Lagrange multipliers, one per constraint, with their update rules.
+
+The Lagrangian of ``max_pi J_r(pi) s.t. J_k(pi) <= d_k`` is
+
+    L(pi, lambda) = J_r(pi) - sum_k lambda_k (J_k(pi) - d_k),   lambda_k >= 0,
+
+and every rule below is a step of (approximate) dual ascent on ``lambda`` driven by
+the batch estimate ``Jhat_k`` of the episodic cost. The GRPO agent and the
+PPO-Lagrangian baselines share these classes: one implementation of each rule.
+
+All classes hold the K multipliers as a float64 array ``values`` and expose
+``update(mean_costs) -> values``, ``state_dict()`` and ``load_state_dict()``.
+``warmup`` updates are skipped at the start (the multipliers keep ``init``), and every
+rule projects onto ``[0, lambda_max]``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "MULTIPLIER_RULES",
+    "AdamMultiplier",
+    "DualAscentMultiplier",
+    "LogSGDMultiplier",
+    "Multiplier",
+    "MultiplierConfig",
+    "PIDMultiplier",
+    "make_multiplier",
+]
+
+
+@dataclass(frozen=True)
+class MultiplierConfig:
+    """How the Lagrange multipliers are updated.
+
+    Shared by every constrained agent (``cgrpo``, ``grpo-screw``, ``ppo-lag``, ...).
+    """
+
+    # --- rule and scale -------------------------------------------------------
+    rule: str = "dual_ascent"
+    """One of ``dual_ascent`` (projected dual ascent; MASA, FSRL), ``log_sgd`` (SGD on
+    log lambda; safe-rlhf), ``adam`` (Adam on lambda; OmniSafe, SafePO), ``pid`` (PID
+    Lagrangian; Stooke, Achiam & Abbeel 2020)."""
+    lr: float = 0.05
+    """Step size eta of ``dual_ascent``, ``log_sgd`` and ``adam``."""
+    init: float = 0.0
+    """Initial value of every multiplier (``log_sgd`` needs ``init > 0``)."""
+    lambda_max: float = 100.0
+    """Upper bound of the projection ``[0, lambda_max]``."""
+    normalize: bool = False
+    """Divide the violation ``Jhat_k - d_k`` by ``d_k`` (when ``d_k > 0``) so that one
+    step size suits limits of different scales."""
+    warmup: int = 0
+    """Number of initial ``update`` calls that leave the multipliers at ``init``."""
+
+    # --- Adam (OmniSafe's Lagrange optimiser) ---------------------------------
+    adam_beta1: float = 0.9
+    """Adam's first-moment decay."""
+    adam_beta2: float = 0.999
+    """Adam's second-moment decay."""
+    adam_eps: float = 1e-8
+    """Adam's denominator guard."""
+
+    # --- PID Lagrangian (Stooke et al. 2020) ----------------------------------
+    kp: float = 0.1
+    """Proportional gain on the (EMA-smoothed) violation."""
+    ki: float = 0.01
+    """Integral gain; the integral is clamped to ``[0, integral_max]`` (anti wind-up)."""
+    kd: float = 0.01
+    """Derivative gain on the rise of the (EMA-smoothed) cost over ``d_delay`` updates."""
+    ema_p: float = 0.95
+    """EMA coefficient of the proportional term: ``P <- a P + (1 - a) e``."""
+    ema_d: float = 0.95
+    """EMA coefficient of the cost used by the derivative term."""
+    d_delay: int = 10
+    """Lag, in updates, of the derivative term's difference."""
+    integral_max: float = 100.0
+    """Clamp of the integral term."""
+
+    def __post_init__(self) -> None:
+        if self.rule not in MULTIPLIER_RULES:
+            raise ValueError(
+                f"unknown multiplier rule {self.rule!r}; choose one of {sorted(MULTIPLIER_RULES)}"
+            )
+        for name in ("lr", "lambda_max", "kp", "ki", "kd", "integral_max", "adam_eps"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"multiplier option {name}={value!r} must be finite and >= 0")
+        if not (math.isfinite(self.init) and 0 <= self.init <= self.lambda_max):
+            raise ValueError(
+                f"multiplier init={self.init!r} must lie in [0, lambda_max={self.lambda_max}]"
+            )
+        if self.rule == "log_sgd" and self.init <= 0:
+            raise ValueError(
+                "rule 'log_sgd' works on log(lambda) and needs init > 0; set e.g. init=0.01"
+            )
+        for name in ("ema_p", "ema_d", "adam_beta1", "adam_beta2"):
+            value = getattr(self, name)
+            if not 0 <= value < 1:
+                raise ValueError(f"multiplier option {name}={value!r} must lie in [0, 1)")
+        if self.warmup < 0 or self.d_delay < 1:
+            raise ValueError(
+                f"multiplier warmup={self.warmup} must be >= 0 and d_delay={self.d_delay} >= 1"
+            )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "MultiplierConfig":
+        """Build from a dict; an unknown key is an error naming the valid keys."""
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - valid)
+        if unknown:
+            raise ValueError(f"unknown multiplier option(s) {unknown}; valid: {sorted(valid)}")
+        return cls(**data)
+
+
+class Multiplier:
+    """Base class: K multipliers, projected onto ``[0, lambda_max]``."""
+
+    rule: ClassVar[str] = ""
+
+    def __init__(self, limits: np.ndarray | list[float], config: MultiplierConfig | None = None):
+        self.config = config or MultiplierConfig(rule=self.rule)
+        self.limits = np.asarray(limits, dtype=np.float64).reshape(-1)
+        if np.any(~np.isfinite(self.limits)) or np.any(self.limits < 0):
+            raise ValueError(f"limits must be finite and >= 0, got {self.limits.tolist()}")
+        self.values = np.full(self.limits.shape, self.config.init, dtype=np.float64)
+        self.num_updates = 0
+
+    @property
+    def num_constraints(self) -> int:
+        return int(self.limits.size)
+
+    def violation(self, mean_costs: np.ndarray) -> np.ndarray:
+        """``e_k = Jhat_k - d_k``, divided by ``d_k`` where ``normalize`` and ``d_k > 0``."""
+        e = mean_costs - self.limits
+        if self.config.normalize:
+            e = np.where(self.limits > 0, e / np.where(self.limits > 0, self.limits, 1.0), e)
+        return e
+
+    def update(self, mean_costs: np.ndarray | list[float]) -> np.ndarray:
+        """One multiplier step from the batch estimate of ``J_k``; returns the new values."""
+        j = np.asarray(mean_costs, dtype=np.float64).reshape(-1)
+        if j.shape != self.limits.shape:
+            raise ValueError(
+                f"got {j.size} cost estimate(s) for {self.limits.size} multiplier(s)"
+            )
+        if not np.all(np.isfinite(j)):
+            raise FloatingPointError(f"non-finite cost estimate {j.tolist()} in multiplier update")
+        self.num_updates += 1
+        if self.num_updates <= self.config.warmup:
+            return self.values.copy()
+        self._step(j)
+        np.clip(self.values, 0.0, self.config.lambda_max, out=self.values)
+        return self.values.copy()
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        raise NotImplementedError
+
+    # --- persistence (plain lists: JSON-safe) ---------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(self).items()}
+        state["config"] = asdict(self.config)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for key, value in state.items():
+            if key == "config":
+                self.config = MultiplierConfig.from_dict(value)
+            elif isinstance(getattr(self, key, None), np.ndarray):
+                setattr(self, key, np.asarray(value, dtype=np.float64))
+            else:
+                setattr(self, key, value)
+
+
+class DualAscentMultiplier(Multiplier):
+    """Projected dual ascent (MASA; FSRL without PID).
+
+        lambda_k <- clip(lambda_k + eta * e_k, 0, lambda_max),   e_k = Jhat_k - d_k
+        (or (Jhat_k - d_k) / d_k with ``normalize``).
+
+    The step is proportional to the violation: a constraint far over its limit moves its
+    multiplier fast, one at its limit leaves it still.
+    """
+
+    rule = "dual_ascent"
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        self.values += self.config.lr * self.violation(mean_costs)
+
+
+class LogSGDMultiplier(Multiplier):
+    """SGD on ``log lambda`` (safe-rlhf).
+
+    The dual loss ``-lambda (Jhat - d)`` with ``lambda = exp(mu)`` has gradient
+    ``-lambda (Jhat - d)`` w.r.t. ``mu``, so one SGD step is
+
+        mu_k <- mu_k + eta * lambda_k * e_k,   lambda_k = min(exp(mu_k), lambda_max):
+
+    multiplicative, never exactly 0, and fast once lambda is large.
+    """
+
+    rule = "log_sgd"
+
+    def __init__(self, limits: np.ndarray | list[float], config: MultiplierConfig | None = None):
+        super().__init__(limits, config)
+        self.log_values = np.log(self.values)
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        self.log_values += self.config.lr * np.exp(self.log_values) * self.violation(mean_costs)
+        self.log_values = np.minimum(self.log_values, math.log(max(self.config.lambda_max, 1e-300)))
+        self.values = np.exp(self.log_values)
+
+
+class AdamMultiplier(Multiplier):
+    """Adam on lambda (OmniSafe's and SafePO's ``Lagrange``: lr 0.035, init 0.001).
+
+    Gradient ``g_k = -e_k`` of the dual loss ``-lambda_k e_k``; then
+    ``m <- b1 m + (1-b1) g``, ``v <- b2 v + (1-b2) g^2`` and
+    ``lambda <- clip(lambda - lr * mhat / (sqrt(vhat) + eps), 0, lambda_max)``.
+
+    On one scalar, ``mhat / sqrt(vhat)`` is about ``sign(g)``: Adam moves each multiplier
+    by about +-lr per update *whatever the size of the violation*.
+    """
+
+    rule = "adam"
+
+    def __init__(self, limits: np.ndarray | list[float], config: MultiplierConfig | None = None):
+        super().__init__(limits, config)
+        self.m = np.zeros_like(self.values)
+        self.v = np.zeros_like(self.values)
+        self.t = 0
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        c = self.config
+        g = -self.violation(mean_costs)
+        self.t += 1
+        self.m = c.adam_beta1 * self.m + (1 - c.adam_beta1) * g
+        self.v = c.adam_beta2 * self.v + (1 - c.adam_beta2) * g * g
+        m_hat = self.m / (1 - c.adam_beta1**self.t)
+        v_hat = self.v / (1 - c.adam_beta2**self.t)
+        self.values -= c.lr * m_hat / (np.sqrt(v_hat) + c.adam_eps)
+
+
+class PIDMultiplier(Multiplier):
+    """PID Lagrangian (Stooke, Achiam & Abbeel 2020, Algorithm 2; OmniSafe's ``PIDLagrangian``).
+
+    With ``e_t = Jhat_t - d``:
+
+        P_t = a_p P_{t-1} + (1 - a_p) e_t                          (EMA of the error)
+        I_t = clip(I_{t-1} + K_i e_t, 0, I_max)                   (anti wind-up)
+        C_t = a_d C_{t-1} + (1 - a_d) Jhat_t                       (EMA of the cost)
+        D_t = max(0, C_t - C_{t - delay})                          (only a rising cost)
+        lambda_t = clip(K_p P_t + I_t + K_d D_t, 0, lambda_max)
+
+    The proportional and derivative terms damp the oscillation that pure integral
+    control (= dual ascent) shows; the integral keeps the steady state at the limit.
+    """
+
+    rule = "pid"
+
+    def __init__(self, limits: np.ndarray | list[float], config: MultiplierConfig | None = None):
+        super().__init__(limits, config)
+        self.p = np.zeros_like(self.values)
+        self.integral = np.full_like(self.values, self.config.init)
+        self.cost_ema: np.ndarray | None = None
+        self.cost_history: list[list[float]] = []
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        c = self.config
+        e = self.violation(mean_costs)
+        self.p = c.ema_p * self.p + (1 - c.ema_p) * e
+        self.integral = np.clip(self.integral + c.ki * e, 0.0, c.integral_max)
+        if self.cost_ema is None:
+            self.cost_ema = mean_costs.copy()
+        else:
+            self.cost_ema = c.ema_d * self.cost_ema + (1 - c.ema_d) * mean_costs
+        self.cost_history.append(self.cost_ema.tolist())
+        self.cost_history = self.cost_history[-(c.d_delay + 1):]
+        derivative = np.maximum(0.0, self.cost_ema - np.asarray(self.cost_history[0]))
+        self.values = c.kp * self.p + self.integral + c.kd * derivative
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.cost_ema is not None:
+            self.cost_ema = np.asarray(self.cost_ema, dtype=np.float64)
+
+
+MULTIPLIER_RULES: dict[str, type[Multiplier]] = {
+    cls.rule: cls for cls in (DualAscentMultiplier, LogSGDMultiplier, AdamMultiplier, PIDMultiplier)
+}
+
+
+def make_multiplier(
+    limits: np.ndarray | list[float], config: MultiplierConfig | dict[str, Any] | None = None
+) -> Multiplier:
+    """The multiplier object for ``config.rule`` (default: projected dual ascent)."""
+    if config is None:
+        config = MultiplierConfig()
+    elif isinstance(config, dict):
+        config = MultiplierConfig.from_dict(config)
+    return MULTIPLIER_RULES[config.rule](limits, config)
