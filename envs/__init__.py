@@ -73,9 +73,9 @@ TASKS: tuple[TaskInfo, ...] = (
         default_limits={"hazard": 0.2, "fuel": 4.4},
     ),
     _grid(
-        "HazardFuel16x16",
-        "16x16, K=2: the long-horizon instance",
-        size=16,
+        "HazardFuel12x12",
+        "12x12, K=2: the long-horizon instance (gem route of 33 steps)",
+        size=12,
         constraints=("hazard", "fuel"),
     ),
 )

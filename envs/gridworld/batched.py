@@ -60,25 +60,33 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         self.render_mode = None
 
         o = self.options
-        self._next = m.next_cell.reshape(-1)
-        self._goal = m.is_goal
-        self._hazard = m.is_hazard
-        self._mud = m.is_mud
-        self._gem = m.is_gem
-        self._has_gem = bool(m.is_gem.any()) and o.gem_reward != 0.0
-        self._reward_of_cell = np.where(m.is_goal, o.goal_reward, 0.0) - o.step_penalty
-        self._cost_kinds = [(c.name, c.indicator) for c in self.constraints]
-        self._range = np.arange(self.num_envs)
-        self._p = m.pos_dim
-        self._initial = m.initial_obs
-
+        tables = m.tables
+        k = len(self.constraints)
+        # The state is kept as its table base index 8 * s, and the step's outcome columns
+        # [costs..., sum of costs, reward, terminated] sit in one table, so a step needs
+        # one gather.
+        self._next_base = tables.next_state * 8
+        self._outcome = np.concatenate(
+            [
+                tables.costs,
+                tables.costs.sum(axis=1, keepdims=True),
+                tables.reward[:, None],
+                tables.terminated[:, None].astype(np.float64),
+            ],
+            axis=1,
+        )
+        self._k = k
+        self._obs_rows = tables.obs
+        self._start_base = tables.start_state * 8
+        self._time_col = m.obs_dim - 1
+        self._max_steps = m.max_steps
+        self._stochastic = o.slip > 0.0 or 0.0 < o.hazard_prob < 1.0
+        self._hit = 1 if o.hazard_prob >= 1.0 else 0
+        self._action_offset = np.arange(4, dtype=np.int64) * 2 + self._hit
         b = self.num_envs
         self._keys = np.zeros(b, dtype=np.uint64)
-        self._cell = np.full(b, m.start, dtype=np.int64)
+        self._base = np.full(b, self._start_base, dtype=np.int64)
         self._t = np.zeros(b, dtype=np.int64)
-        self._gem_taken = np.zeros(b, dtype=bool)
-        self._hazard_seen = np.zeros(b, dtype=bool)
-        self._mud_seen = np.zeros(b, dtype=bool)
         self._needs_reset = True
         self._np_random = None
 
@@ -89,16 +97,8 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         return solve_optimum(self.options)
 
     def _observe(self) -> np.ndarray:
-        m, p = self.model, self._p
-        obs = np.zeros((self.num_envs, m.obs_dim), dtype=np.float32)
-        if self.options.obs_mode == "onehot":
-            obs[self._range, self._cell] = 1.0
-        else:
-            obs[:, :2] = m.coords[self._cell]
-        obs[:, p] = self._gem_taken
-        obs[:, p + 1] = self._hazard_seen
-        obs[:, p + 2] = self._mud_seen
-        obs[:, p + 3] = self._t * (1.0 / m.max_steps)
+        obs = np.take(self._obs_rows, self._base >> 3, axis=0)
+        obs[:, self._time_col] = self._t / self._max_steps
         return obs
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
@@ -114,60 +114,49 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         else:
             self._keys = next_key(self._keys)
         self._needs_reset = False
-        self._cell[:] = self.model.start
+        self._base[:] = self._start_base
         self._t[:] = 0
-        self._gem_taken[:] = False
-        self._hazard_seen[:] = False
-        self._mud_seen[:] = False
         return self._observe(), {}
 
     def step(self, actions: Any):
         if self._needs_reset:
             raise gym.error.ResetNeeded("call reset() before step()")
         a = np.asarray(actions, dtype=np.int64).reshape(self.num_envs)
-        if a.min() < 0 or a.max() > 3:
-            raise ValueError(f"actions must lie in 0..3, got {a[(a < 0) | (a > 3)][:5].tolist()}")
+        if a.min() < 0:  # take() below raises for actions > 3
+            raise ValueError(f"actions must lie in 0..3, got {a[a < 0][:5].tolist()}")
         o, t = self.options, self._t
         if o.slip > 0.0:
             slipped = uniform_draw(self._keys, t, DRAW_SLIP) < o.slip
             if slipped.any():
                 random_a = (uniform_draw(self._keys, t, DRAW_SLIP_ACTION) * 4).astype(np.int64)
                 a = np.where(slipped, random_a, a)
-        cell = self._next[self._cell * 4 + a]
-        self._cell = cell
-        reward = self._reward_of_cell[cell]
-        if self._has_gem:
-            gem = self._gem[cell] & ~self._gem_taken
-            reward = reward + gem * o.gem_reward
-            self._gem_taken |= gem
-        hazard = self._hazard[cell]
-        if o.hazard_prob < 1.0:
-            hazard = hazard & (uniform_draw(self._keys, t, DRAW_HAZARD) < o.hazard_prob)
-        mud = self._mud[cell]
-        costs = np.empty((self.num_envs, len(self._cost_kinds)), dtype=np.float64)
-        for k, (name, indicator) in enumerate(self._cost_kinds):
-            if name == "fuel":
-                costs[:, k] = 1.0
-            elif name == "hazard":
-                costs[:, k] = (hazard & ~self._hazard_seen) if indicator else hazard
-            else:
-                costs[:, k] = (mud & ~self._mud_seen) if indicator else mud
-        self._hazard_seen |= hazard
-        self._mud_seen |= mud
+        # Table index 8 s + 2 a + hit; hit (a hazard event) only matters on hazard cells.
+        try:
+            i = self._base + np.take(self._action_offset, a)
+        except IndexError:
+            raise ValueError(f"actions must lie in 0..3, got {a[a > 3][:5].tolist()}") from None
+        if 0.0 < o.hazard_prob < 1.0:
+            i += uniform_draw(self._keys, t, DRAW_HAZARD) < o.hazard_prob
+        base = np.take(self._next_base, i)
+        outcome = np.take(self._outcome, i, axis=0)
+        costs = outcome[:, : self._k]
+        reward = outcome[:, self._k + 1]
+        terminated = outcome[:, self._k + 2] > 0.5
         self._t = t = t + 1
-        terminated = self._goal[cell]
-        truncated = (t >= self.model.max_steps) & ~terminated
-        obs = self._observe()
-        info: dict[str, Any] = {"costs": costs, "cost": costs.sum(axis=1)}
+        truncated = (t >= self._max_steps) & ~terminated
+        info: dict[str, Any] = {"costs": costs, "cost": outcome[:, self._k]}
         done = terminated | truncated
         if done.any():
-            info["final_obs"] = obs.copy()
+            idx = np.flatnonzero(done)
+            # Only finished rows are written, so the zero pages of the rest stay untouched.
+            final_obs = np.zeros((self.num_envs, self._obs_rows.shape[1]), dtype=np.float32)
+            final_obs[idx] = np.take(self._obs_rows, base[idx] >> 3, axis=0)
+            final_obs[idx, self._time_col] = t[idx] / self._max_steps
+            info["final_obs"] = final_obs
             info["_final_obs"] = done
-            obs[done] = self._initial
-            self._keys = np.where(done, next_key(self._keys), self._keys)
-            self._cell[done] = self.model.start
-            self._t[done] = 0
-            self._gem_taken[done] = False
-            self._hazard_seen[done] = False
-            self._mud_seen[done] = False
-        return obs, reward, terminated, truncated, info
+            if self._stochastic:
+                self._keys[idx] = next_key(self._keys[idx])
+            base[idx] = self._start_base
+            t[idx] = 0
+        self._base = base
+        return self._observe(), reward, terminated, truncated, info

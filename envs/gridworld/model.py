@@ -178,6 +178,30 @@ class GridOptions:
         )
 
 
+@dataclass(frozen=True)
+class GridTables:
+    """The dynamics as lookup tables over ``i = (s * 4 + a) * 2 + hit``.
+
+    ``s = 8 * cell + flags`` is the state (without time), ``a`` the action actually
+    taken (after slip) and ``hit`` whether a hazard cell entered by this step fires a
+    hazard event (ignored elsewhere).
+
+    Attributes:
+        next_state, reward, costs (n, K), terminated: the step's outcome.
+        obs: observation row of every state, time column left at 0.
+        start_state: ``8 * start``.
+        relevant_flags: bit mask of the flags that rewards or costs depend on.
+    """
+
+    next_state: np.ndarray
+    reward: np.ndarray
+    costs: np.ndarray
+    terminated: np.ndarray
+    obs: np.ndarray
+    start_state: int
+    relevant_flags: int
+
+
 class GridModel:
     """Parsed layout plus the tables both implementations and the LP use."""
 
@@ -297,6 +321,62 @@ class GridModel:
             out[cell] = 1.0
             return out
         return self.coords[cell].copy()
+
+    # --- tabular form over state index s = 8 * cell + flags -----------------------
+    # flags bit 0: gem taken, bit 1: hazard event seen, bit 2: mud entered.
+
+    @cached_property
+    def tables(self) -> "GridTables":
+        """Transition tables indexed by ``(s * 4 + a) * 2 + hit`` (see :class:`GridTables`)."""
+        o = self.options
+        n_states = self.n_cells * 8
+        k = len(self.constraints)
+        size = n_states * 4 * 2
+        next_state = np.zeros(size, dtype=np.int64)
+        reward = np.zeros(size, dtype=np.float64)
+        costs = np.zeros((size, k), dtype=np.float64)
+        terminated = np.zeros(size, dtype=bool)
+        for s in range(n_states):
+            cell, flags = divmod(s, 8)
+            gem, hseen, mseen = bool(flags & 1), bool(flags & 2), bool(flags & 4)
+            for a in range(4):
+                nxt = int(self.next_cell[cell, a])
+                for hit in (0, 1):
+                    i = (s * 4 + a) * 2 + hit
+                    hazard = bool(self.is_hazard[nxt]) and bool(hit)
+                    mud = bool(self.is_mud[nxt])
+                    r = -o.step_penalty + (o.goal_reward if self.is_goal[nxt] else 0.0)
+                    if self.is_gem[nxt] and not gem:
+                        r += o.gem_reward
+                    for j, con in enumerate(self.constraints):
+                        if con.name == "fuel":
+                            costs[i, j] = 1.0
+                        elif con.name == "hazard":
+                            costs[i, j] = float(hazard and not (con.indicator and hseen))
+                        else:
+                            costs[i, j] = float(mud and not (con.indicator and mseen))
+                    new_flags = (
+                        (gem or bool(self.is_gem[nxt])) * 1
+                        + (hseen or hazard) * 2
+                        + (mseen or mud) * 4
+                    )
+                    next_state[i] = nxt * 8 + new_flags
+                    reward[i] = r
+                    terminated[i] = bool(self.is_goal[nxt])
+        obs = np.zeros((n_states, self.obs_dim), dtype=np.float32)
+        for s in range(n_states):
+            cell, flags = divmod(s, 8)
+            obs[s, : self.pos_dim] = self.position_features(cell)
+            obs[s, self.pos_dim : self.pos_dim + 3] = [flags & 1, (flags >> 1) & 1, (flags >> 2) & 1]
+        # Flag bits that rewards and costs can depend on; the others only show in the
+        # observation, so the LP may merge states that differ in them.
+        relevant = 0
+        if bool(self.is_gem.any()) and o.gem_reward != 0.0:
+            relevant |= 1
+        for con in self.constraints:
+            if con.indicator:
+                relevant |= {"hazard": 2, "mud": 4}[con.name]
+        return GridTables(next_state, reward, costs, terminated, obs, self.start * 8, relevant)
 
     def render_ascii(self, cell: int) -> str:
         rows = [list(r) for r in self.layout]

@@ -37,7 +37,8 @@ class GridOptimum:
         constrained_return: max expected return subject to every limit.
         unconstrained_return: max expected return ignoring the limits.
         constrained_costs: expected episodic costs of the constrained optimum (K,).
-        unconstrained_costs: expected episodic costs of an unconstrained optimum (K,).
+        unconstrained_costs: expected episodic costs of the cheapest unconstrained
+            optimum (least total cost among the reward-maximising policies), (K,).
         multipliers: optimal Lagrange multipliers lambda*_k (LP duals), (K,).
         binding: whether each limit binds (lambda*_k > 0), (K,).
         cost_names, limits: the constraints solved for.
@@ -60,79 +61,53 @@ class GridOptimum:
 
 
 def _build(model: GridModel) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Enumerate the reachable time-augmented states; return A_eq, b_eq, r, C (K x n)."""
+    """Enumerate the reachable time-augmented states; return A_eq, b_eq, r, C (K x n), n.
+
+    Uses the same transition tables as the batched env. Flags that no reward or cost
+    depends on are masked out of the state, which merges states without changing the
+    optimum.
+    """
     o = model.options
-    track_gem = bool(model.is_gem.any()) and o.gem_reward != 0.0
-    ind = {c.name: c.indicator for c in model.constraints}
-    track_hazard = ind.get("hazard", False)
-    track_mud = ind.get("mud", False)
-    names = model.cost_names
+    tab = model.tables
+    keep = ~np.int64(7) | tab.relevant_flags  # clear irrelevant flag bits of 8 * cell + flags
     slip, q = float(o.slip), float(o.hazard_prob)
+    action_probs = [[(1 - slip) * (a2 == a) + slip / 4 for a2 in range(4)] for a in range(4)]
+    hit_probs = [(0, 1 - q), (1, q)]
 
-    def outcomes(cell: int, flags: tuple[bool, bool, bool], a: int) -> list[tuple[float, Any, float, np.ndarray, bool]]:
-        res = []
-        for a2 in range(4):
-            pa = (1 - slip) * (a2 == a) + slip / 4
-            if pa <= 0:
-                continue
-            nxt = int(model.next_cell[cell, a2])
-            events = [(q, True), (1 - q, False)] if model.is_hazard[nxt] else [(1.0, False)]
-            for ph, hz in events:
-                p = pa * ph
-                if p <= 0:
-                    continue
-                gem, hseen, mseen = flags
-                reward = -o.step_penalty
-                if model.is_goal[nxt]:
-                    reward += o.goal_reward
-                if model.is_gem[nxt] and not gem:
-                    reward += o.gem_reward
-                mud = bool(model.is_mud[nxt])
-                costs = np.zeros(len(names))
-                for k, name in enumerate(names):
-                    if name == "fuel":
-                        costs[k] = 1.0
-                    elif name == "hazard":
-                        costs[k] = float(hz and not (ind[name] and hseen))
-                    else:
-                        costs[k] = float(mud and not (ind[name] and mseen))
-                new_flags = (
-                    (gem or bool(model.is_gem[nxt])) and track_gem,
-                    (hseen or hz) and track_hazard,
-                    (mseen or mud) and track_mud,
-                )
-                res.append((p, (nxt, new_flags), reward, costs, bool(model.is_goal[nxt])))
-        return res
-
-    layers: list[dict[Any, int]] = [{(model.start, (False, False, False)): 0}]
-    var_index: list[tuple[int, Any, int]] = []  # (t, state, a)
+    layers: list[dict[int, int]] = [{tab.start_state: 0}]
     rewards: list[float] = []
     costs: list[np.ndarray] = []
     eq_rows: list[int] = []
     eq_cols: list[int] = []
     eq_vals: list[float] = []
-    # Row of state s at layer t: offset[t] + layers[t][s].
-    offsets = [0]
+    offsets = [0]  # row of state s at layer t: offsets[t] + layers[t][s]
+    n_vars = 0
     for t in range(model.max_steps):
-        nxt_layer: dict[Any, int] = {}
-        inflow: list[tuple[Any, int, float]] = []
+        nxt_layer: dict[int, int] = {}
+        inflow: list[tuple[int, int, float]] = []
+        last = t + 1 >= model.max_steps
         for state, sidx in layers[t].items():
-            cell, flags = state
             for a in range(4):
-                col = len(var_index)
-                var_index.append((t, state, a))
+                col = n_vars
+                n_vars += 1
                 eq_rows.append(offsets[t] + sidx)
                 eq_cols.append(col)
                 eq_vals.append(1.0)
                 r_exp = 0.0
-                c_exp = np.zeros(len(names))
-                for p, nstate, rew, cst, term in outcomes(cell, flags, a):
-                    r_exp += p * rew
-                    c_exp += p * cst
-                    if not term and t + 1 < model.max_steps:
-                        if nstate not in nxt_layer:
-                            nxt_layer[nstate] = len(nxt_layer)
-                        inflow.append((nstate, col, p))
+                c_exp = np.zeros(tab.costs.shape[1])
+                for a2, pa in enumerate(action_probs[a]):
+                    for hit, ph in hit_probs:
+                        p = pa * ph
+                        if p <= 0.0:
+                            continue
+                        i = (state * 4 + a2) * 2 + hit
+                        r_exp += p * tab.reward[i]
+                        c_exp += p * tab.costs[i]
+                        if not tab.terminated[i] and not last:
+                            nstate = int(tab.next_state[i] & keep)
+                            if nstate not in nxt_layer:
+                                nxt_layer[nstate] = len(nxt_layer)
+                            inflow.append((nstate, col, p))
                 rewards.append(r_exp)
                 costs.append(c_exp)
         offsets.append(offsets[t] + len(layers[t]))
@@ -144,10 +119,10 @@ def _build(model: GridModel) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray,
             break
         layers.append(nxt_layer)
     n_rows = offsets[-1]  # every layer was expanded: the last one has no successors
-    a_eq = sparse.csr_matrix((eq_vals, (eq_rows, eq_cols)), shape=(n_rows, len(var_index)))
+    a_eq = sparse.csr_matrix((eq_vals, (eq_rows, eq_cols)), shape=(n_rows, n_vars))
     b_eq = np.zeros(n_rows)
     b_eq[0] = 1.0
-    return a_eq, b_eq, np.asarray(rewards), np.asarray(costs).T.reshape(len(names), -1), len(var_index)
+    return a_eq, b_eq, np.asarray(rewards), np.asarray(costs).T.reshape(tab.costs.shape[1], -1), n_vars
 
 
 _CACHE: dict[tuple[Any, ...], GridOptimum] = {}
@@ -160,6 +135,13 @@ def _solve(options: GridOptions) -> GridOptimum:
     free = linprog(-r, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
     if free.status != 0:
         raise RuntimeError(f"unconstrained LP failed: {free.message}")
+    best = float(-free.fun)
+    # Among the unconstrained optima (often many: any route to the gem pays 1.5), report
+    # the costs of the cheapest: min total cost s.t. the return stays optimal.
+    cheapest = linprog(
+        c.sum(axis=0), A_ub=-r[None, :], b_ub=[-(best - 1e-9)], A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs"
+    )
+    free_x = cheapest.x if cheapest.status == 0 else free.x
     res = linprog(-r, A_ub=sparse.csr_matrix(c), b_ub=limits, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
     if res.status == 2:
         # Report the least cost each constraint can reach on its own, to say what is feasible.
@@ -177,9 +159,9 @@ def _solve(options: GridOptions) -> GridOptimum:
     duals = -np.asarray(res.ineqlin.marginals)
     return GridOptimum(
         constrained_return=float(-res.fun),
-        unconstrained_return=float(-free.fun),
+        unconstrained_return=best,
         constrained_costs=tuple(float(v) for v in c @ res.x),
-        unconstrained_costs=tuple(float(v) for v in c @ free.x),
+        unconstrained_costs=tuple(float(v) for v in c @ free_x),
         multipliers=tuple(float(v) for v in duals),
         binding=tuple(bool(v > 1e-9) for v in duals),
         cost_names=model.cost_names,

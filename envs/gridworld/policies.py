@@ -1,0 +1,89 @@
+"""Scripted gridworld policies: shortest routes that avoid chosen cell kinds.
+
+They serve as sanity baselines and for teaching: on ``Grid/HazardFuel-v0`` the
+``short`` route breaks the hazard limit, the ``gem`` route breaks the fuel limit, and
+only a mixture of routes reaches the exact constrained optimum.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+
+from constrained_grpo.envs.gridworld.model import GridModel
+
+__all__ = ["ROUTES", "route_actions", "route_policy"]
+
+#: route name -> (cell kinds to avoid, whether to collect the gem first)
+ROUTES: dict[str, tuple[str, bool]] = {
+    "short": ("", False),
+    "safe": ("H", False),
+    "clean": ("HM", False),
+    "gem": ("HM", True),
+}
+
+
+def _bfs_path(model: GridModel, start: int, targets: set[int], avoid: str) -> list[int]:
+    """Actions of a shortest path from ``start`` to any of ``targets`` not entering ``avoid`` cells."""
+    blocked = np.zeros(model.n_cells, dtype=bool)
+    for ch in avoid:
+        blocked |= np.array([c == ch for c in "".join(model.layout)])
+    prev: dict[int, tuple[int, int]] = {start: (-1, -1)}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        if cell in targets:
+            actions = []
+            while prev[cell][0] != -1:
+                cell, a = prev[cell]
+                actions.append(a)
+            return actions[::-1]
+        for a in range(4):
+            nxt = int(model.next_cell[cell, a])
+            if nxt not in prev and not blocked[nxt]:
+                prev[nxt] = (cell, a)
+                queue.append(nxt)
+    raise ValueError(f"no route from cell {start} to {sorted(targets)} that avoids {avoid!r}")
+
+
+def route_actions(model: GridModel, route: str) -> list[int]:
+    """The action sequence of a named route (see :data:`ROUTES`) from the start."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown route {route!r}; choose one of {sorted(ROUTES)}")
+    avoid, via_gem = ROUTES[route]
+    goals = {int(c) for c in np.flatnonzero(model.is_goal)}
+    if via_gem and model.is_gem.any():
+        gem = int(np.flatnonzero(model.is_gem)[0])
+        first = _bfs_path(model, model.start, {gem}, avoid)
+        return first + _bfs_path(model, gem, goals, avoid)
+    return _bfs_path(model, model.start, goals, avoid)
+
+
+def route_policy(model: GridModel, route: str) -> Callable[[np.ndarray], int]:
+    """A closed-loop policy ``obs -> action`` that follows ``route`` (re-planning after a slip).
+
+    Reads the agent's cell from a one-hot or coordinate observation and the gem flag.
+    """
+    avoid, via_gem = ROUTES[route] if route in ROUTES else (None, None)
+    if avoid is None:
+        raise ValueError(f"unknown route {route!r}; choose one of {sorted(ROUTES)}")
+    goals = {int(c) for c in np.flatnonzero(model.is_goal)}
+    gem_cells = {int(c) for c in np.flatnonzero(model.is_gem)}
+
+    def act(obs: np.ndarray) -> int:
+        p = model.pos_dim
+        if model.options.obs_mode == "onehot":
+            cell = int(np.argmax(obs[:p]))
+        else:
+            cell = int(round(float(obs[0]) * (model.n_rows - 1))) * model.n_cols + int(
+                round(float(obs[1]) * (model.n_cols - 1))
+            )
+        targets = gem_cells if via_gem and gem_cells and obs[p] < 0.5 else goals
+        if cell in targets:
+            targets = goals
+        path = _bfs_path(model, cell, targets, avoid) if cell not in goals else [0]
+        return path[0] if path else 0
+
+    return act

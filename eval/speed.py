@@ -1,0 +1,91 @@
+"""Speed benchmarks (``make bench``): each ``constrained_grpo.eval.speed_<name>`` module
+exposes ``run(out_dir: Path) -> list[Path]`` and writes ``<out_dir>/<name>.csv``.
+
+Run all: ``python -m constrained_grpo.eval.speed [--out results/bench] [--only NAME ...]``.
+Every CSV row carries the versions and the machine, so figures can be compared later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import os
+import pkgutil
+import platform
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import constrained_grpo.eval as eval_pkg
+
+__all__ = ["environment_columns", "list_benchmarks", "main", "write_rows"]
+
+
+def environment_columns() -> dict[str, Any]:
+    """Versions and machine facts recorded with every benchmark row."""
+    import gymnasium
+    import numpy
+
+    cols: dict[str, Any] = {
+        "python": platform.python_version(),
+        "numpy": numpy.__version__,
+        "gymnasium": gymnasium.__version__,
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d"),
+    }
+    try:
+        import torch
+
+        cols["torch"] = torch.__version__
+        cols["torch_threads"] = torch.get_num_threads()
+    except ImportError:  # the env benchmarks need no torch
+        pass
+    return cols
+
+
+def write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write ``rows`` (plus the environment columns) as a CSV, atomically."""
+    rows = [{**r, **environment_columns()} for r in rows]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fields: list[str] = []
+    for r in rows:
+        fields += [k for k in r if k not in fields]
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
+    return path
+
+
+def list_benchmarks() -> list[str]:
+    """Names ``X`` of the modules ``constrained_grpo.eval.speed_X``."""
+    return sorted(
+        m.name[len("speed_"):] for m in pkgutil.iter_modules(eval_pkg.__path__) if m.name.startswith("speed_")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--only", nargs="*", default=None, help=f"subset of {list_benchmarks()}")
+    args = parser.parse_args(argv)
+    names = list_benchmarks()
+    unknown = sorted(set(args.only or []) - set(names))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; available: {names}")
+    for name in args.only or names:
+        module = importlib.import_module(f"constrained_grpo.eval.speed_{name}")
+        start = time.perf_counter()
+        paths = module.run(args.out)
+        print(f"[bench] {name}: {[str(p) for p in paths]} ({time.perf_counter() - start:.1f} s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
