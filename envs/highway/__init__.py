@@ -1,0 +1,1 @@
+"""Highway-driving task family on highway-env."""

@@ -1,0 +1,1 @@
+"""Safety-Gymnasium tasks through an isolated bridge process."""
