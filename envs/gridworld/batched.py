@@ -27,7 +27,7 @@ from constrained_grpo.envs.gridworld.model import (
     next_key,
     seed_key,
     task_options,
-    uniform_draw,
+    uniform_draws,
 )
 
 __all__ = ["BatchedGridWorld"]
@@ -81,6 +81,11 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         self._time_col = m.obs_dim - 1
         self._max_steps = m.max_steps
         self._stochastic = o.slip > 0.0 or 0.0 < o.hazard_prob < 1.0
+        # Which counter-based draws a step needs (the same indices as the single env's).
+        self._draws = tuple(
+            ([DRAW_SLIP, DRAW_SLIP_ACTION] if o.slip > 0.0 else [])
+            + ([DRAW_HAZARD] if 0.0 < o.hazard_prob < 1.0 else [])
+        )
         self._hit = 1 if o.hazard_prob >= 1.0 else 0
         self._action_offset = np.arange(4, dtype=np.int64) * 2 + self._hit
         b = self.num_envs
@@ -125,18 +130,19 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         if a.min() < 0:  # take() below raises for actions > 3
             raise ValueError(f"actions must lie in 0..3, got {a[a < 0][:5].tolist()}")
         o, t = self.options, self._t
-        if o.slip > 0.0:
-            slipped = uniform_draw(self._keys, t, DRAW_SLIP) < o.slip
-            if slipped.any():
-                random_a = (uniform_draw(self._keys, t, DRAW_SLIP_ACTION) * 4).astype(np.int64)
-                a = np.where(slipped, random_a, a)
-        # Table index 8 s + 2 a + hit; hit (a hazard event) only matters on hazard cells.
         try:
-            i = self._base + np.take(self._action_offset, a)
+            offset = np.take(self._action_offset, a)
         except IndexError:
             raise ValueError(f"actions must lie in 0..3, got {a[a > 3][:5].tolist()}") from None
-        if 0.0 < o.hazard_prob < 1.0:
-            i += uniform_draw(self._keys, t, DRAW_HAZARD) < o.hazard_prob
+        # Table index 8 s + 2 a + hit; hit (a hazard event) only matters on hazard cells.
+        if self._draws:
+            u = uniform_draws(self._keys, t, self._draws)
+            if o.slip > 0.0:
+                random_offset = np.take(self._action_offset, (u[:, 1] * 4).astype(np.int64))
+                offset = np.where(u[:, 0] < o.slip, random_offset, offset)
+            if 0.0 < o.hazard_prob < 1.0:
+                offset = offset + (u[:, -1] < o.hazard_prob)
+        i = self._base + offset
         base = np.take(self._next_base, i)
         outcome = np.take(self._outcome, i, axis=0)
         costs = outcome[:, : self._k]

@@ -1,0 +1,56 @@
+"""The distribution installs one top-level package, with the folders mapped into it."""
+
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = {"constrained_grpo": "constrained_grpo", "envs": "constrained_grpo.envs",
+           "baselines": "constrained_grpo.baselines", "eval": "constrained_grpo.eval"}
+
+
+def _declared_packages() -> list[str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+
+
+def test_every_code_folder_is_a_declared_package():
+    declared = set(_declared_packages())
+    found = set()
+    for folder, package in FOLDERS.items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT / folder)
+            found.add(".".join([package, *rel.parts]) if rel.parts else package)
+    assert found == declared, f"pyproject packages {sorted(declared)} vs folders {sorted(found)}"
+
+
+def test_installed_mapping_from_another_directory(tmp_path):
+    code = (
+        "import importlib.util, constrained_grpo.envs, constrained_grpo.eval, constrained_grpo.baselines;"
+        "print(constrained_grpo.envs.__file__);"
+        "print(importlib.util.find_spec('envs'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    envs_file, top_level_envs = out.stdout.split()
+    assert Path(envs_file) == ROOT / "envs" / "__init__.py"
+    assert top_level_envs == "None"  # no `import envs` at top level
+
+
+@pytest.mark.timeout(300)
+def test_wheel_has_only_constrained_grpo(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )
+    (wheel,) = tmp_path.glob("constrained_grpo-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"constrained_grpo"}
+    for expected in ("constrained_grpo/envs/gridworld/env.py", "constrained_grpo/eval/speed.py",
+                     "constrained_grpo/baselines/__init__.py", "constrained_grpo/registry.py"):
+        assert expected in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "cgrpo = constrained_grpo.cli:main" in entry_points
