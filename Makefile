@@ -5,8 +5,11 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
+# The test suite exercises every family and backend, so the default install takes every
+# extra; `make install EXTRAS=dev` gives the base package plus the test tools.
+EXTRAS ?= dev,ray,highway,math,llm
 
-.PHONY: install test demo bench clean
+.PHONY: install test demo bench clean safety
 
 install: $(STAMP)
 
@@ -14,7 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet "$(TORCH)"
-	$(PY) -m pip install --quiet -e ".[dev]"
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -28,3 +31,33 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
+
+# Safety-Gymnasium 1.0.0 pins gymnasium 0.28.1 and numpy < 1.24, which cannot share .venv:
+# it gets a second environment, reached through a pipe (docs/safety_bridge.md). Python
+# 3.10 runs it unmodified (3.11 after patch_py311.py; 3.12 has no wheels for the pins).
+# Pick the interpreter with `make safety SAFETY_PYTHON=/path/to/python3.10`. The last step
+# makes and steps one env, then writes the record that the bridge reads.
+SAFETY_VENV   := .venv-safety
+SAFETY_PY     := $(SAFETY_VENV)/bin/python
+SAFETY_RECORD := $(SAFETY_VENV)/cgrpo-safety.json
+SAFETY_PYTHON ?=
+
+safety: $(SAFETY_RECORD)
+
+$(SAFETY_RECORD): envs/safety/requirements.txt
+	@py="$(SAFETY_PYTHON)"; \
+	if [ -z "$$py" ]; then \
+	  for c in python3.10 $(HOME)/.pyenv/versions/3.10*/bin/python3.10 python3.11 $(HOME)/.pyenv/versions/3.11*/bin/python3.11; do \
+	    if "$$c" -c 'import sys; assert sys.version_info[:2] in ((3, 10), (3, 11))' 2>/dev/null; then py="$$c"; break; fi; \
+	  done; \
+	fi; \
+	if [ -z "$$py" ]; then \
+	  echo "make safety: no working Python 3.10 or 3.11 found; install one (e.g. 'pyenv install 3.10') or run 'make safety SAFETY_PYTHON=/path/to/python3.10'" >&2; exit 1; \
+	fi; \
+	echo "make safety: building $(SAFETY_VENV) with $$py ($$("$$py" -V 2>&1))"; \
+	rm -rf $(SAFETY_VENV) && "$$py" -m venv $(SAFETY_VENV)
+	$(SAFETY_PY) -m pip install --quiet --upgrade pip
+	$(SAFETY_PY) -m pip install --quiet -r envs/safety/requirements.txt
+	$(SAFETY_PY) -m pip install --quiet --no-deps safety-gymnasium==1.0.0
+	$(SAFETY_PY) envs/safety/patch_py311.py
+	$(SAFETY_PY) envs/safety/worker.py --check safety_gymnasium:make SafetyPointGoal1-v0 $(SAFETY_RECORD)

@@ -10,12 +10,15 @@ from __future__ import annotations
 import gymnasium as gym
 
 from constrained_grpo.envs.gridworld.tasks import GRID_TASKS
+from constrained_grpo.envs.highway.tasks import HIGHWAY_TASKS
+from constrained_grpo.envs.math.tasks import MATH_TASKS
 from constrained_grpo.envs.registration import TaskInfo, register_table
+from constrained_grpo.envs.safety.tasks import SAFETY_TASKS
 
 __all__ = ["TASKS", "TaskInfo", "list_tasks", "register_tasks", "task_info"]
 
 #: Every task of the suite, family by family.
-TASKS: tuple[TaskInfo, ...] = GRID_TASKS
+TASKS: tuple[TaskInfo, ...] = GRID_TASKS + HIGHWAY_TASKS + SAFETY_TASKS + MATH_TASKS
 
 _BY_ID = {t.env_id: t for t in TASKS}
 

@@ -1,0 +1,422 @@
+"""The Contract-2 agent around the SB3 models: ``ppo``, ``ppo-lag`` and ``pid-lag``.
+
+``BaselineAgent`` owns an SB3 model (``stable_baselines3.PPO`` for ``ppo``,
+:class:`PPOLagrangian` otherwise) on a ``DummyVecEnv`` of ``make_env(env_id)`` copies,
+each wrapped in ``RecordEpisodeCost``. It offers ``learn(total_env_steps, log)``,
+``evaluate(n_episodes, deterministic)``, ``save(path)`` and ``load(path)``; :func:`load_agent`
+rebuilds a saved agent from its directory alone.
+
+A saved agent is a directory: ``model.zip`` is SB3's own ``save`` (weights and optimizer
+state), read back with ``set_parameters``, i.e. ``torch.load(weights_only=True)``, never
+unpickled; ``agent.json`` beside it holds the config, the task, the seed, the
+multiplier state and the counters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import stable_baselines3
+import torch as th
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.vec_env import DummyVecEnv
+from torch import nn
+
+from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig
+from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
+from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
+from constrained_grpo.multipliers import make_multiplier
+from constrained_grpo.registry import EvalResult
+from constrained_grpo.tasks import make_env, rollout_episodes
+from constrained_grpo.wrappers import RecordEpisodeCost
+
+__all__ = [
+    "BASELINES",
+    "BaselineAgent",
+    "BaselineSpec",
+    "make_baseline",
+    "make_pid_lag",
+    "make_ppo",
+    "load_agent",
+    "make_ppo_lag",
+    "sb3_ppo_kwargs",
+]
+
+#: Evaluation episode i of an agent with seed s starts from reset(seed=s + EVAL_SEED_OFFSET + i),
+#: away from the seeds that training uses.
+EVAL_SEED_OFFSET = 1_000_003
+
+SAVE_FORMAT = 1
+_ACTIVATION_FN: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+class BaselineSpec:
+    """One registered baseline: its config class, preset (defaults) and description."""
+
+    def __init__(self, config_cls: type[PPOConfig], preset: Mapping[str, Any], description: str):
+        self.config_cls = config_cls
+        self.preset = dict(preset)
+        self.description = description
+
+    @property
+    def constrained(self) -> bool:
+        return issubclass(self.config_cls, PPOLagConfig)
+
+
+#: The baselines, keyed by registry name. A preset overrides the config class's defaults.
+BASELINES: dict[str, BaselineSpec] = {
+    "ppo": BaselineSpec(PPOConfig, {}, "PPO (stable-baselines3), the unconstrained reference"),
+    "ppo-lag": BaselineSpec(
+        PPOLagConfig,
+        {},
+        "PPO-Lagrangian on stable-baselines3: cost critic, cost GAE, Adam multipliers (Ray et al. 2019)",
+    ),
+    "pid-lag": BaselineSpec(
+        PPOLagConfig,
+        {"multiplier_rule": "pid", "multiplier_kp": 1.0, "multiplier_ki": 0.05, "multiplier_kd": 0.5},
+        "PID-Lagrangian on stable-baselines3 (Stooke, Achiam & Abbeel 2020)",
+    ),
+}
+
+
+def _recorded_env(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
+    return RecordEpisodeCost(make_env(env_id, **env_kwargs))
+
+
+def _probe_cost_contract(env_id: str, env_kwargs: Mapping[str, Any], seed: int) -> tuple[Constraint, ...]:
+    """The task's constraints, after checking on one step that it reports ``info["costs"]``.
+
+    Raises ``CostContractError`` (pointing to Contract 1) for a task that declares no
+    constraints or whose step info carries no cost vector of the right shape.
+    """
+    env = make_env(env_id, **env_kwargs)
+    try:
+        constraints = get_constraints(env)
+        env.reset(seed=seed)
+        env.action_space.seed(seed)
+        *_, info = env.step(env.action_space.sample())
+        costs_from_info(info, len(constraints))
+        return constraints
+    finally:
+        env.close()
+
+
+def sb3_ppo_kwargs(config: PPOConfig, seed: int) -> dict[str, Any]:
+    """The keywords of SB3's ``PPO`` that ``config`` sets (shared with the speed benchmark)."""
+    return dict(
+        learning_rate=config.learning_rate,
+        n_steps=config.n_steps,
+        batch_size=config.batch_size,
+        n_epochs=config.n_epochs,
+        gamma=config.gamma,
+        gae_lambda=config.gae_lambda,
+        clip_range=config.clip_range,
+        ent_coef=config.ent_coef,
+        vf_coef=config.vf_coef,
+        max_grad_norm=config.max_grad_norm,
+        target_kl=config.target_kl,
+        normalize_advantage=config.normalize_advantage,
+        policy_kwargs=dict(
+            net_arch=dict(pi=list(config.net_arch), vf=list(config.net_arch)),
+            activation_fn=_ACTIVATION_FN[config.activation],
+        ),
+        seed=seed,
+        device=config.device,
+        verbose=0,
+    )
+
+
+class _ContractLog(BaseCallback):
+    """Calls ``log(record)`` once per iteration, right after SB3's policy update.
+
+    SB3 2.9.2's loop is ``collect_rollouts -> dump_logs -> train``; ``on_rollout_start``
+    of the next rollout (and ``on_training_end``) therefore follows the update, whose
+    losses then sit in ``logger.name_to_value``.
+    """
+
+    def __init__(self, agent: "BaselineAgent", log: Callable[[dict[str, Any]], None] | None):
+        super().__init__()
+        self.agent = agent
+        self.log = log
+        self._episodes: list[tuple[float, np.ndarray, int]] = []
+        self._pending: list[tuple[float, np.ndarray, int]] | None = None
+        self._start = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        dones, infos = self.locals["dones"], self.locals["infos"]
+        for idx in np.flatnonzero(dones):
+            ep = infos[idx].get("episode")
+            if ep is not None:  # RecordEpisodeCost's r, l, c
+                self._episodes.append((float(ep["r"]), np.asarray(ep["c"], dtype=np.float64), int(ep["l"])))
+        return True
+
+    def _on_rollout_end(self) -> None:
+        self._pending, self._episodes = self._episodes, []
+
+    def _on_rollout_start(self) -> None:
+        self._emit()
+
+    def _on_training_end(self) -> None:
+        self._emit()
+
+    def _emit(self) -> None:
+        if self._pending is None:
+            return
+        episodes, self._pending = self._pending, None
+        record = self.agent._iteration_record(episodes, self.agent._wall_s + time.perf_counter() - self._start)
+        if self.log is not None:
+            self.log(record)
+
+
+class BaselineAgent:
+    """A Contract-2 agent around SB3's ``PPO`` (``ppo``) or :class:`PPOLagrangian`.
+
+    Args:
+        env_id: a registered task that follows the cost contract.
+        seed: seeds torch, numpy, the env copies (copy i: ``seed + i``) and evaluation.
+        config: ``PPOConfig`` (unconstrained) or ``PPOLagConfig``.
+        name: the registry name, recorded in saves.
+    """
+
+    def __init__(self, env_id: str, seed: int = 0, config: PPOConfig | None = None, name: str = "ppo"):
+        self.env_id = env_id
+        self.seed = int(seed)
+        self.config = config if config is not None else PPOConfig()
+        self.name = name
+        self.constrained = isinstance(self.config, PPOLagConfig)
+        th.set_num_threads(self.config.torch_threads)
+        cfg = self.config
+        declared = _probe_cost_contract(env_id, cfg.env_kwargs, self.seed)
+        self.constraints: tuple[Constraint, ...] = (
+            override_limits(declared, cfg.limits) if isinstance(cfg, PPOLagConfig) else declared
+        )
+        self.env = DummyVecEnv([partial(_recorded_env, env_id, dict(cfg.env_kwargs))] * cfg.n_envs)
+        sb3_kwargs = sb3_ppo_kwargs(cfg, self.seed)
+        self.model: PPO
+        if isinstance(cfg, PPOLagConfig):
+            multiplier = make_multiplier([c.limit for c in self.constraints], cfg.multiplier)
+            self.model = PPOLagrangian(
+                self.env,
+                self.constraints,
+                multiplier,
+                cost_gamma=cfg.cost_gamma,
+                cost_gae_lambda=cfg.cost_gae_lambda,
+                cost_vf_coef=cfg.cost_vf_coef,
+                cost_net_arch=cfg.cost_net_arch,
+                cost_advantage_norm=cfg.cost_advantage_norm,
+                cost_window=cfg.cost_window,
+                **sb3_kwargs,
+            )
+        else:
+            self.model = PPO("MlpPolicy", self.env, **sb3_kwargs)
+        self.iterations = 0
+        self._wall_s = 0.0  # training time of earlier learn() calls
+        self._recent: deque[tuple[float, np.ndarray, int]] = deque(maxlen=100)
+
+    # --- Contract 2 -----------------------------------------------------------------
+    @property
+    def num_constraints(self) -> int:
+        return len(self.constraints)
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps trained so far."""
+        return int(self.model.num_timesteps)
+
+    @property
+    def multipliers(self) -> np.ndarray:
+        """Current lambda_k (empty for ``ppo``)."""
+        if isinstance(self.model, PPOLagrangian):
+            return self.model.multiplier.values.copy()
+        return np.zeros(0)
+
+    def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "BaselineAgent":
+        """Train for ``total_env_steps`` more env steps (rounded up to whole rollouts of
+        ``n_envs * n_steps``), calling ``log(record)`` once per iteration."""
+        if total_env_steps < 1:
+            raise ValueError(f"total_env_steps={total_env_steps} must be >= 1")
+        callback = _ContractLog(self, log)
+        try:
+            # reset_num_timesteps=False: a second learn() continues the same episodes and counters.
+            self.model.learn(total_env_steps, callback=callback, reset_num_timesteps=False, log_interval=1)
+        finally:
+            self._wall_s += time.perf_counter() - callback._start
+        return self
+
+    def _iteration_record(self, episodes: list[tuple[float, np.ndarray, int]], wall_s: float) -> dict[str, Any]:
+        """The log record of the iteration whose rollout ended ``episodes``."""
+        self.iterations += 1
+        self._recent.extend(episodes)
+        # An iteration that ends no episode reports the most recent ones (n_episodes says 0).
+        source = episodes or list(self._recent)
+        k = self.num_constraints
+        if source:
+            ep_return = float(np.mean([e[0] for e in source]))
+            ep_cost = np.mean([e[1] for e in source], axis=0).tolist()
+            ep_length = float(np.mean([e[2] for e in source]))
+        else:
+            ep_return, ep_cost, ep_length = float("nan"), [float("nan")] * k, float("nan")
+        values = self.model.logger.name_to_value
+        record: dict[str, Any] = {
+            "iteration": self.iterations,
+            "env_steps": self.env_steps,
+            "wall_s": float(wall_s),
+            "ep_return": ep_return,
+            "ep_cost": ep_cost,
+            "ep_length": ep_length,
+            "n_episodes": len(episodes),
+            "multipliers": self.multipliers.tolist(),
+        }
+        for key, sb3_key in (
+            ("policy_loss", "train/policy_gradient_loss"),
+            ("value_loss", "train/value_loss"),
+            ("entropy_loss", "train/entropy_loss"),
+            ("approx_kl", "train/approx_kl"),
+            ("clip_fraction", "train/clip_fraction"),
+            ("explained_variance", "train/explained_variance"),
+            ("cost_value_loss", "train/cost_value_loss"),
+            ("cost_explained_variance", "train/cost_explained_variance"),
+        ):
+            if sb3_key in values:
+                record[key] = float(values[sb3_key])
+        if isinstance(self.model, PPOLagrangian) and self.model.cost_estimate is not None:
+            record["cost_estimate"] = self.model.cost_estimate.tolist()
+        return record
+
+    def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """The policy's action for ``obs`` (one observation or a batch)."""
+        return self.model.predict(obs, deterministic=deterministic)[0]
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
+        """``n_episodes`` episodes on a fresh env; episode i starts from ``reset(seed + i)``.
+
+        ``seed`` defaults to ``self.seed + EVAL_SEED_OFFSET``; it also seeds the action
+        sampling (in a forked torch RNG), so a stochastic evaluation is reproducible and
+        leaves training's random stream untouched.
+        """
+        seed = self.seed + EVAL_SEED_OFFSET if seed is None else int(seed)
+        env = make_env(self.env_id, **self.config.env_kwargs)
+        try:
+            with th.random.fork_rng(devices=[]):
+                th.manual_seed(seed)
+                return rollout_episodes(env, partial(self.predict, deterministic=deterministic), n_episodes, seed)
+        finally:
+            env.close()
+
+    # --- persistence ------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write ``path/model.zip`` (SB3's save) and ``path/agent.json``; returns ``path``."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tmp_zip = path / "model.tmp.zip"
+        self.model.save(tmp_zip)
+        os.replace(tmp_zip, path / "model.zip")
+        state: dict[str, Any] = {
+            "format": SAVE_FORMAT,
+            "name": self.name,
+            "env_id": self.env_id,
+            "seed": self.seed,
+            "config": self.config.to_dict(),
+            "constraints": [asdict(c) for c in self.constraints],
+            "num_timesteps": self.env_steps,
+            "iterations": self.iterations,
+            "wall_s": self._wall_s,
+            "versions": {"stable_baselines3": stable_baselines3.__version__, "torch": th.__version__},
+        }
+        if isinstance(self.model, PPOLagrangian):
+            lag = self.model
+            state["multiplier"] = lag.multiplier.state_dict()
+            state["cost_window"] = [c.tolist() for c in lag.cost_window]
+            state["cost_estimate"] = None if lag.cost_estimate is None else lag.cost_estimate.tolist()
+        tmp_json = path / "agent.json.tmp"
+        tmp_json.write_text(json.dumps(state, indent=2))
+        os.replace(tmp_json, path / "agent.json")
+        return path
+
+    def load(self, path: str | Path) -> "BaselineAgent":
+        """Restore weights, optimizer state, multiplier state and counters saved by
+        :meth:`save` into this agent, which must be for the same task and an equal config
+        (:func:`load_agent` rebuilds the saved agent itself)."""
+        path = Path(path)
+        state = _read_state(path)
+        config = _config_class(state["name"]).from_dict(state["config"])
+        if state["env_id"] != self.env_id or config != self.config:
+            raise ValueError(
+                f"{path} holds a {state['name']!r} agent for {state['env_id']!r} with another config than "
+                f"this {self.name!r} agent for {self.env_id!r}; rebuild it with "
+                "constrained_grpo.baselines.load_agent(path)"
+            )
+        # set_parameters reads only the zip's .pth members, with torch.load(weights_only=True).
+        self.model.set_parameters(str(path / "model.zip"), exact_match=True, device=self.config.device)
+        self.model.num_timesteps = int(state["num_timesteps"])
+        self.iterations = int(state["iterations"])
+        self._wall_s = float(state["wall_s"])
+        if isinstance(self.model, PPOLagrangian):
+            lag = self.model
+            lag.multiplier.load_state_dict(state["multiplier"])
+            lag.cost_window.clear()
+            lag.cost_window.extend(np.asarray(c, dtype=np.float64) for c in state["cost_window"])
+            estimate = state["cost_estimate"]
+            lag.cost_estimate = None if estimate is None else np.asarray(estimate, dtype=np.float64)
+        return self
+
+
+def _read_state(path: Path) -> dict[str, Any]:
+    file = path / "agent.json"
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} not found; save an agent there with agent.save({str(path)!r})")
+    state = json.loads(file.read_text())
+    if state.get("format") != SAVE_FORMAT:
+        raise ValueError(f"{file} has format {state.get('format')!r}; this code reads format {SAVE_FORMAT}")
+    return state
+
+
+def _config_class(name: str) -> type[PPOConfig]:
+    spec = BASELINES.get(name)
+    if spec is None:
+        raise ValueError(f"saved agent names unknown baseline {name!r}; known: {sorted(BASELINES)}")
+    return spec.config_cls
+
+
+def load_agent(path: str | Path) -> BaselineAgent:
+    """Rebuild the agent saved in directory ``path``: same task, seed and config, with its
+    weights, optimizer, multiplier state and counters."""
+    path = Path(path)
+    state = _read_state(path)
+    config = _config_class(state["name"]).from_dict(state["config"])
+    return BaselineAgent(state["env_id"], state["seed"], config, name=state["name"]).load(path)
+
+
+def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Build baseline ``name`` (a key of :data:`BASELINES`): its preset, then ``config``."""
+    try:
+        spec = BASELINES[name]
+    except KeyError:
+        raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
+    return BaselineAgent(env_id, seed, spec.config_cls.from_dict({**spec.preset, **config}), name=name)
+
+
+def make_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``ppo``."""
+    return make_baseline("ppo", env_id, seed, **config)
+
+
+def make_ppo_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``ppo-lag``."""
+    return make_baseline("ppo-lag", env_id, seed, **config)
+
+
+def make_pid_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``pid-lag``."""
+    return make_baseline("pid-lag", env_id, seed, **config)

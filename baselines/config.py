@@ -1,0 +1,225 @@
+"""Configs of the SB3 baselines: typed dataclasses, one docstring per field.
+
+``PPOConfig`` holds the PPO knobs (SB3's names and meanings); ``PPOLagConfig`` adds the
+cost critic, the cost GAE, the advantage mix and the Lagrange multipliers. The
+multipliers' options are :class:`~constrained_grpo.multipliers.MultiplierConfig`'s,
+documented there once; ``from_dict`` also takes them flat as ``multiplier_<field>``
+(e.g. ``multiplier_lr=0.05``), which is how registry variants and command lines set
+them without replacing the other multiplier options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, TypeVar
+
+from constrained_grpo.multipliers import MultiplierConfig
+
+__all__ = ["COST_ADVANTAGE_NORMS", "PPOConfig", "PPOLagConfig"]
+
+SelfConfig = TypeVar("SelfConfig", bound="PPOConfig")
+
+#: How each constraint's cost advantage is normalised over the batch before the mix.
+COST_ADVANTAGE_NORMS: tuple[str, ...] = ("standardize", "center", "none")
+
+_ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
+
+#: Prefix of the flat aliases of MultiplierConfig's fields.
+MULTIPLIER_PREFIX = "multiplier_"
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO (Schulman et al. 2017) as implemented by stable-baselines3 2.9.2."""
+
+    # --- rollouts -------------------------------------------------------------
+    n_envs: int = 8
+    """Env copies stepped together (SB3 ``DummyVecEnv``); one rollout is
+    ``n_envs * n_steps`` env steps."""
+    n_steps: int = 256
+    """Steps per env copy and rollout (SB3 ``n_steps``)."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Task options passed to ``gymnasium.make`` (Contract 1: constructor keywords)."""
+
+    # --- optimisation (SB3 PPO) -------------------------------------------------
+    learning_rate: float = 1e-3
+    """Adam step size of actor and critics."""
+    n_epochs: int = 10
+    """Passes over each rollout."""
+    batch_size: int = 256
+    """Minibatch size."""
+    clip_range: float = 0.2
+    """PPO's ratio clip epsilon."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clip."""
+    target_kl: float | None = None
+    """Stop a rollout's epochs early when the approximate KL exceeds 1.5x this (SB3)."""
+    ent_coef: float = 0.01
+    """Entropy bonus weight."""
+    vf_coef: float = 0.5
+    """Reward value loss weight."""
+
+    # --- advantage ----------------------------------------------------------------
+    gamma: float = 0.99
+    """Reward discount."""
+    gae_lambda: float = 0.95
+    """GAE lambda (Schulman et al. 2016)."""
+    normalize_advantage: bool = True
+    """Standardize the reward advantage (SB3: per minibatch; PPO-Lagrangian: over the
+    rollout, before the mix)."""
+
+    # --- network and runtime -------------------------------------------------------
+    net_arch: tuple[int, ...] = (64, 64)
+    """Hidden sizes of the actor and of each critic (separate networks)."""
+    activation: str = "tanh"
+    """Hidden activation: ``tanh`` (SB3's default) or ``relu``."""
+    torch_threads: int = 1
+    """``torch.set_num_threads`` at construction (small MLPs gain nothing from more)."""
+    device: str = "cpu"
+    """Torch device; SB3 recommends the CPU for MLP policies."""
+
+    def __post_init__(self) -> None:
+        for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be an integer >= 1")
+        if self.n_envs * self.n_steps < 2:
+            raise ValueError("n_envs * n_steps must be >= 2 (SB3 normalises advantages over a batch)")
+        for name in ("learning_rate", "clip_range", "max_grad_norm", "ent_coef", "vf_coef"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be a finite number >= 0")
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if not 0 <= value <= 1:
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must lie in [0, 1]")
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
+        if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
+            raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
+
+    @property
+    def rollout_steps(self) -> int:
+        """Env steps per rollout (= per iteration): ``n_envs * n_steps``."""
+        return self.n_envs * self.n_steps
+
+    @classmethod
+    def valid_options(cls) -> list[str]:
+        """Every key ``from_dict`` accepts."""
+        return sorted(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls: type[SelfConfig], data: Mapping[str, Any]) -> SelfConfig:
+        """Build from keyword options; an unknown key is an error naming the valid ones."""
+        unknown = sorted(set(data) - set(cls.valid_options()))
+        if unknown:
+            raise ValueError(
+                f"unknown option(s) {unknown} for {cls.__name__}; valid options: {cls.valid_options()}"
+            )
+        return cls(**cls._prepare(dict(data)))
+
+    @classmethod
+    def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """Turn JSON-ish values (lists, None) into the field types."""
+        if "net_arch" in data:
+            data["net_arch"] = tuple(data["net_arch"])
+        if "env_kwargs" in data:
+            data["env_kwargs"] = dict(data["env_kwargs"] or {})
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict that ``from_dict`` turns back into an equal config."""
+        out = asdict(self)
+        out["net_arch"] = list(self.net_arch)
+        out["env_kwargs"] = dict(self.env_kwargs)
+        return out
+
+
+def _default_multiplier() -> MultiplierConfig:
+    return MultiplierConfig(rule="adam", lr=0.05, init=0.0, lambda_max=100.0, normalize=True)
+
+
+@dataclass(frozen=True)
+class PPOLagConfig(PPOConfig):
+    """PPO-Lagrangian (Ray, Achiam & Amodei 2019; OmniSafe's ``PPOLag``).
+
+    The actor's advantage is ``(A_r - sum_k lambda_k A_ck) / (1 + sum_k lambda_k)``
+    with normalised ``A_r`` and ``A_ck``; one cost critic head per constraint; the
+    multipliers step once per rollout on the mean episodic cost.
+    """
+
+    # --- cost critic and cost GAE ----------------------------------------------------
+    cost_gamma: float | None = None
+    """Cost discount for the cost GAE; None: ``gamma``."""
+    cost_gae_lambda: float | None = None
+    """Cost GAE lambda; None: ``gae_lambda``."""
+    cost_vf_coef: float = 0.5
+    """Cost value loss weight (mean over the K heads of the squared TD(lambda) error)."""
+    cost_net_arch: tuple[int, ...] | None = None
+    """Hidden sizes of the cost critic; None: ``net_arch``."""
+
+    # --- the advantage mix ------------------------------------------------------------
+    cost_advantage_norm: str = "standardize"
+    """Per-constraint normalisation of ``A_ck`` over the rollout: ``standardize``
+    (zero mean, unit std, 0 where the std is 0: lambda_k is then unit-free, as in the
+    Constrained GRPO paper's ScAdv), ``center`` (OmniSafe: mean only) or ``none``."""
+
+    # --- Lagrange multipliers ------------------------------------------------------------
+    limits: Mapping[str, float] | tuple[float, ...] | None = None
+    """Override the task's limits d_k: ``{name: limit}`` or one per constraint."""
+    multiplier: MultiplierConfig = field(default_factory=_default_multiplier)
+    """Update rule of the multipliers (see ``MultiplierConfig``); flat keys
+    ``multiplier_<field>`` set single fields."""
+    cost_window: int = 100
+    """Episodes kept for the cost estimate when a rollout completes none."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("cost_gamma", "cost_gae_lambda"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value <= 1:
+                raise ValueError(f"{name}={value!r} must lie in [0, 1] (or None to reuse the reward's)")
+        if not (math.isfinite(self.cost_vf_coef) and self.cost_vf_coef >= 0):
+            raise ValueError(f"cost_vf_coef={self.cost_vf_coef!r} must be a finite number >= 0")
+        if self.cost_advantage_norm not in COST_ADVANTAGE_NORMS:
+            raise ValueError(
+                f"cost_advantage_norm={self.cost_advantage_norm!r}; choose one of {list(COST_ADVANTAGE_NORMS)}"
+            )
+        if not isinstance(self.multiplier, MultiplierConfig):
+            raise TypeError(f"multiplier must be a MultiplierConfig, got {type(self.multiplier).__name__}")
+        if not isinstance(self.cost_window, int) or self.cost_window < 1:
+            raise ValueError(f"cost_window={self.cost_window!r} must be an integer >= 1")
+
+    @classmethod
+    def valid_options(cls) -> list[str]:
+        flat = [MULTIPLIER_PREFIX + f.name for f in fields(MultiplierConfig)]
+        return sorted([*super().valid_options(), *flat])
+
+    @classmethod
+    def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
+        data = super()._prepare(data)
+        multiplier = data.pop("multiplier", None)
+        if isinstance(multiplier, MultiplierConfig):
+            options = asdict(multiplier)
+        else:
+            # A partial dict updates the default rule's options rather than replacing them.
+            options = {**asdict(_default_multiplier()), **dict(multiplier or {})}
+        for key in [k for k in data if k.startswith(MULTIPLIER_PREFIX)]:
+            options[key[len(MULTIPLIER_PREFIX):]] = data.pop(key)
+        data["multiplier"] = MultiplierConfig.from_dict(options)
+        if data.get("cost_net_arch") is not None:
+            data["cost_net_arch"] = tuple(data["cost_net_arch"])
+        limits = data.get("limits")
+        if limits is not None and not isinstance(limits, Mapping):
+            data["limits"] = tuple(limits)
+        return data
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["multiplier"] = asdict(self.multiplier)
+        out["cost_net_arch"] = None if self.cost_net_arch is None else list(self.cost_net_arch)
+        if self.limits is not None:
+            out["limits"] = dict(self.limits) if isinstance(self.limits, Mapping) else list(self.limits)
+        return out

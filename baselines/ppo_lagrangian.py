@@ -1,0 +1,390 @@
+"""PPO-Lagrangian on stable-baselines3 (SB3 2.9.2): SB3's PPO plus the cost machinery.
+
+For ``max_pi J_r(pi)  s.t.  J_k(pi) <= d_k`` (k = 1..K) one iteration is
+
+1. collect a rollout, storing this step's cost vector ``info["costs"]`` and the cost
+   critic's ``V_c(s)`` beside SB3's reward data (:class:`CostRolloutBuffer`);
+2. reward GAE ``A_r`` and, per constraint, cost GAE ``A_ck``;
+3. one multiplier step from ``Jhat_k``, the mean episodic cost of the episodes that
+   ended in this rollout (the last ``cost_window`` episodes if none ended), with any
+   rule of :mod:`constrained_grpo.multipliers` (Adam for PPO-Lag, PID for PID-Lag);
+4. the actor's advantage, with normalised ``A_r`` and ``A_ck`` (one hook,
+   :func:`lagrangian_advantage`, like OmniSafe's ``_compute_adv_surrogate``):
+
+       A = (A_r - sum_k lambda_k A_ck) / (1 + sum_k lambda_k);
+
+5. SB3's PPO update on ``A`` (clipped surrogate, reward value loss, entropy) with the
+   cost value loss ``cost_vf_coef * mean_k (V_ck(s) - R_ck)^2`` on the cost TD(lambda)
+   targets added to the same loss: one backward pass and one optimizer step per
+   minibatch, so the cost critic adds little to an iteration's time.
+
+``collect_rollouts`` and ``train`` follow SB3 2.9.2's code (``OnPolicyAlgorithm`` and
+``PPO``); the lines marked ``cost:`` are ours, the rest is SB3's with its comments cut.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.utils import explained_variance, obs_as_tensor
+from stable_baselines3.common.vec_env import VecEnv
+from torch.nn import functional as F
+
+from constrained_grpo.baselines.buffers import CostRolloutBuffer
+from constrained_grpo.baselines.config import COST_ADVANTAGE_NORMS
+from constrained_grpo.baselines.policies import CostActorCriticPolicy
+from constrained_grpo.constraints import Constraint, costs_from_info
+from constrained_grpo.multipliers import Multiplier
+
+__all__ = ["PPOLagrangian", "lagrangian_advantage", "normalize_advantage"]
+
+
+def normalize_advantage(adv: np.ndarray, mode: str, eps: float = 1e-8) -> np.ndarray:
+    """Normalise each column of ``adv`` ``(B, K)`` (or a vector) over the batch.
+
+    ``standardize``: ``(a - mean) / std``, and 0 where ``std < eps`` (a constant
+    component carries no signal: never a NaN); ``center``: ``a - mean``; ``none``: ``a``.
+    """
+    if mode not in COST_ADVANTAGE_NORMS:
+        raise ValueError(f"normalisation {mode!r}; choose one of {list(COST_ADVANTAGE_NORMS)}")
+    adv = np.asarray(adv, dtype=np.float64)
+    if mode == "none":
+        return adv
+    centered = adv - adv.mean(axis=0)
+    if mode == "center":
+        return centered
+    std = adv.std(axis=0)
+    return np.where(std > eps, centered / np.where(std > eps, std, 1.0), 0.0)
+
+
+def lagrangian_advantage(
+    adv_reward: np.ndarray,
+    adv_costs: np.ndarray,
+    multipliers: np.ndarray,
+    reward_norm: str = "standardize",
+    cost_norm: str = "standardize",
+) -> np.ndarray:
+    """The actor's advantage ``(A_r - sum_k lambda_k A_ck) / (1 + sum_k lambda_k)``.
+
+    ``adv_reward`` ``(B,)``, ``adv_costs`` ``(B, K)``, ``multipliers`` ``(K,)``; each
+    component is first normalised over the batch (:func:`normalize_advantage`). The
+    division keeps the scale of the actor's advantage bounded as the multipliers grow.
+    """
+    a_r = normalize_advantage(adv_reward, reward_norm)
+    a_c = normalize_advantage(adv_costs, cost_norm)
+    lam = np.asarray(multipliers, dtype=np.float64)
+    if a_c.ndim != 2 or a_c.shape[1] != lam.size or a_c.shape[0] != a_r.shape[0]:
+        raise ValueError(
+            f"shapes disagree: adv_reward {a_r.shape}, adv_costs {a_c.shape} (want (B, K)), "
+            f"multipliers {lam.shape}"
+        )
+    return (a_r - a_c @ lam) / (1.0 + lam.sum())
+
+
+class PPOLagrangian(PPO):
+    """SB3's PPO with cost critics, cost GAE and Lagrange multipliers (module docstring).
+
+    Args:
+        env: a VecEnv of tasks that follow the cost contract.
+        constraints: the K constraints (their limits are the multipliers' targets).
+        multiplier: the K multipliers with their update rule.
+        cost_gamma, cost_gae_lambda: cost GAE parameters (None: the reward's).
+        cost_vf_coef: weight of the cost value loss.
+        cost_net_arch: hidden sizes of the cost critic (None: the value net's).
+        cost_advantage_norm: ``standardize``, ``center`` or ``none`` for each ``A_ck``.
+        cost_window: episodes kept for ``Jhat`` when a rollout completes none.
+        normalize_advantage: standardize ``A_r`` over the rollout before the mix (SB3's
+            per-minibatch normalisation is switched off: it would undo the mix's scale).
+        **ppo_kwargs: SB3 ``PPO`` keywords.
+    """
+
+    rollout_buffer: CostRolloutBuffer
+    policy: CostActorCriticPolicy
+
+    def __init__(
+        self,
+        env: VecEnv,
+        constraints: Sequence[Constraint],
+        multiplier: Multiplier,
+        *,
+        cost_gamma: float | None = None,
+        cost_gae_lambda: float | None = None,
+        cost_vf_coef: float = 0.5,
+        cost_net_arch: Sequence[int] | None = None,
+        cost_advantage_norm: str = "standardize",
+        cost_window: int = 100,
+        normalize_advantage: bool = True,
+        policy_kwargs: dict[str, Any] | None = None,
+        **ppo_kwargs: Any,
+    ):
+        self.constraints = tuple(constraints)
+        self.n_costs = len(self.constraints)
+        if multiplier.num_constraints != self.n_costs:
+            raise ValueError(
+                f"{multiplier.num_constraints} multiplier(s) for {self.n_costs} constraint(s) "
+                f"{[c.name for c in self.constraints]}; make one per constraint"
+            )
+        if cost_advantage_norm not in COST_ADVANTAGE_NORMS:
+            raise ValueError(f"cost_advantage_norm={cost_advantage_norm!r}; choose one of {list(COST_ADVANTAGE_NORMS)}")
+        self.multiplier = multiplier
+        self.cost_vf_coef = cost_vf_coef
+        self.cost_advantage_norm = cost_advantage_norm
+        self.reward_advantage_norm = "standardize" if normalize_advantage else "none"
+        self.cost_window = deque(maxlen=cost_window)
+        self.cost_estimate: np.ndarray | None = None  # Jhat of the last multiplier step
+        policy_kwargs = {**(policy_kwargs or {}), "n_costs": self.n_costs}
+        if cost_net_arch is not None:
+            policy_kwargs["cost_net_arch"] = list(cost_net_arch)
+        super().__init__(
+            CostActorCriticPolicy,
+            env,
+            normalize_advantage=False,
+            rollout_buffer_class=CostRolloutBuffer,
+            rollout_buffer_kwargs={
+                "n_costs": self.n_costs,
+                "cost_gamma": cost_gamma,
+                "cost_gae_lambda": cost_gae_lambda,
+            },
+            policy_kwargs=policy_kwargs,
+            **ppo_kwargs,
+        )
+        self._episode_costs = np.zeros((self.n_envs, self.n_costs))
+
+    def _split_parameters(self) -> tuple[list[th.nn.Parameter], list[th.nn.Parameter]]:
+        """(SB3's actor and reward critic parameters, the cost critic's parameters)."""
+        cost = list(self.policy.cost_value_net.parameters())
+        ids = {id(p) for p in cost}
+        return [p for p in self.policy.parameters() if id(p) not in ids], cost
+
+    def _excluded_save_params(self) -> list[str]:
+        # The agent saves the multiplier state as JSON beside SB3's zip; nothing here needs pickling.
+        return [*super()._excluded_save_params(), "multiplier", "cost_window", "_episode_costs", "constraints"]
+
+    def _setup_learn(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        reset_num_timesteps: bool = True,
+        tb_log_name: str = "run",
+        progress_bar: bool = False,
+    ) -> tuple[int, BaseCallback]:
+        if reset_num_timesteps or self._last_obs is None:
+            # SB3 resets the env here: the running episodic costs restart with it.
+            self._episode_costs = np.zeros((self.n_envs, self.n_costs))
+        return super()._setup_learn(total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar)
+
+    def _read_costs(self, infos: Sequence[dict[str, Any]]) -> np.ndarray:
+        """This step's cost vectors ``(n_envs, K)`` from ``info["costs"]`` (Contract 1)."""
+        try:
+            costs = np.array([info["costs"] for info in infos], dtype=np.float64)
+            if costs.shape == (len(infos), self.n_costs):
+                return costs
+        except (KeyError, ValueError, TypeError):
+            pass
+        # Slow path, only to raise the contract's error for the offending info.
+        return np.stack([costs_from_info(info, self.n_costs) for info in infos])
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: CostRolloutBuffer,  # type: ignore[override]
+        n_rollout_steps: int,
+    ) -> bool:
+        """SB3 2.9.2's ``OnPolicyAlgorithm.collect_rollouts``; lines marked ``cost:`` are ours."""
+        assert self._last_obs is not None, "No previous observation was provided"
+        self.policy.set_training_mode(False)
+        n_steps = 0
+        rollout_buffer.reset()
+        if self.use_sde:
+            self.policy.reset_noise(env.num_envs)
+        callback.on_rollout_start()
+        finished: list[np.ndarray] = []  # cost: episodic cost vectors of episodes ending in this rollout
+
+        while n_steps < n_rollout_steps:
+            if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
+                self.policy.reset_noise(env.num_envs)
+            with th.no_grad():
+                obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
+                actions, values, cost_values, log_probs = self.policy.forward_with_costs(obs_tensor)  # cost:
+            actions = actions.cpu().numpy()
+            clipped_actions = actions
+            if isinstance(self.action_space, spaces.Box):
+                if self.policy.squash_output:
+                    clipped_actions = self.policy.unscale_action(clipped_actions)
+                else:
+                    clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+
+            new_obs, rewards, dones, infos = env.step(clipped_actions)
+            costs = self._read_costs(infos)  # cost:
+            self._episode_costs += costs  # cost: running episodic costs, before any bootstrap
+            for idx in np.flatnonzero(dones):  # cost:
+                finished.append(self._episode_costs[idx].copy())
+                self._episode_costs[idx] = 0.0
+
+            self.num_timesteps += env.num_envs
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+            self._update_info_buffer(infos, dones)
+            n_steps += 1
+            if isinstance(self.action_space, spaces.Discrete):
+                actions = actions.reshape(-1, 1)
+
+            # Bootstrap a time-limit truncation with the critics (SB3 GitHub issue #633).
+            for idx, done in enumerate(dones):
+                if (
+                    done
+                    and infos[idx].get("terminal_observation") is not None
+                    and infos[idx].get("TimeLimit.truncated", False)
+                ):
+                    terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
+                    with th.no_grad():
+                        terminal_value = self.policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
+                        terminal_cost_value = self.policy.predict_cost_values(terminal_obs)[0]  # cost:
+                    rewards[idx] += self.gamma * terminal_value
+                    costs[idx] += rollout_buffer.cost_gamma * terminal_cost_value.cpu().numpy()  # cost:
+
+            rollout_buffer.add(
+                self._last_obs,  # type: ignore[arg-type]
+                actions,
+                rewards,
+                self._last_episode_starts,  # type: ignore[arg-type]
+                values,
+                log_probs,
+                costs=costs,  # cost:
+                cost_values=cost_values,  # cost:
+            )
+            self._last_obs = new_obs  # type: ignore[assignment]
+            self._last_episode_starts = dones
+
+        with th.no_grad():
+            obs_tensor = obs_as_tensor(new_obs, self.device)  # type: ignore[arg-type]
+            values = self.policy.predict_values(obs_tensor)
+            cost_values = self.policy.predict_cost_values(obs_tensor)  # cost:
+        rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones, last_cost_values=cost_values)
+        self._update_multipliers(finished)  # cost: once per rollout, before the policy update
+        self._mix_advantages()  # cost: the actor's advantage, read by SB3's PPO.train
+        callback.update_locals(locals())
+        callback.on_rollout_end()
+        return True
+
+    def _update_multipliers(self, finished: list[np.ndarray]) -> None:
+        """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes."""
+        self.cost_window.extend(finished)
+        if finished:
+            estimate = np.mean(finished, axis=0)
+        elif self.cost_window:
+            estimate = np.mean(self.cost_window, axis=0)
+        else:
+            return  # no episode has ended yet: nothing to estimate J_c from
+        self.cost_estimate = estimate
+        self.multiplier.update(estimate)
+        for c, j, lam in zip(self.constraints, estimate, self.multiplier.values):
+            self.logger.record(f"rollout/ep_cost_{c.name}", float(j))
+            self.logger.record(f"train/lambda_{c.name}", float(lam))
+
+    def _mix_advantages(self) -> None:
+        buf = self.rollout_buffer
+        shape = buf.reward_advantages.shape
+        mixed = lagrangian_advantage(
+            buf.reward_advantages.reshape(-1),
+            buf.cost_advantages.reshape(-1, self.n_costs),
+            self.multiplier.values,
+            reward_norm=self.reward_advantage_norm,
+            cost_norm=self.cost_advantage_norm,
+        )
+        buf.advantages = mixed.reshape(shape).astype(np.float32)
+
+    def train(self) -> None:
+        """SB3 2.9.2's ``PPO.train`` on the Lagrangian advantage, with the cost value loss
+        added to the same loss (lines marked ``cost:`` are ours)."""
+        self.policy.set_training_mode(True)
+        self._update_learning_rate(self.policy.optimizer)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        if self.clip_range_vf is not None:
+            clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
+        entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
+        cost_value_losses = []  # cost:
+        sb3_parameters, cost_parameters = self._split_parameters()  # cost:
+        continue_training = True
+        for epoch in range(self.n_epochs):
+            approx_kl_divs = []
+            for rollout_data in self.rollout_buffer.get(self.batch_size):
+                actions = rollout_data.actions
+                if isinstance(self.action_space, spaces.Discrete):
+                    actions = rollout_data.actions.long().flatten()
+                values, cost_values, log_prob, entropy = self.policy.evaluate_actions_with_costs(  # cost:
+                    rollout_data.observations, actions
+                )
+                values = values.flatten()
+                # cost: no per-minibatch normalisation; the advantage was normalised and mixed per rollout.
+                advantages = rollout_data.advantages
+                ratio = th.exp(log_prob - rollout_data.old_log_prob)
+                policy_loss_1 = advantages * ratio
+                policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+                policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
+                pg_losses.append(policy_loss.item())
+                clip_fractions.append(th.mean((th.abs(ratio - 1) > clip_range).float()).item())
+                if self.clip_range_vf is None:
+                    values_pred = values
+                else:
+                    values_pred = rollout_data.old_values + th.clamp(
+                        values - rollout_data.old_values, -clip_range_vf, clip_range_vf
+                    )
+                value_loss = F.mse_loss(rollout_data.returns, values_pred)
+                value_losses.append(value_loss.item())
+                # cost: mean over the K heads of the squared error to the cost TD(lambda) targets.
+                cost_value_loss = F.mse_loss(cost_values, rollout_data.cost_returns)  # type: ignore[attr-defined]
+                cost_value_losses.append(cost_value_loss.item())
+                entropy_loss = -th.mean(-log_prob) if entropy is None else -th.mean(entropy)
+                entropy_losses.append(entropy_loss.item())
+                loss = (
+                    policy_loss
+                    + self.ent_coef * entropy_loss
+                    + self.vf_coef * value_loss
+                    + self.cost_vf_coef * cost_value_loss  # cost:
+                )
+                with th.no_grad():
+                    log_ratio = log_prob - rollout_data.old_log_prob
+                    approx_kl_div = th.mean((th.exp(log_ratio) - 1) - log_ratio).cpu().numpy()
+                    approx_kl_divs.append(approx_kl_div)
+                if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
+                    continue_training = False
+                    break
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                # cost: clip the cost critic apart, so that a large cost regression error
+                # (costs may count in tens) cannot shrink the actor's step.
+                th.nn.utils.clip_grad_norm_(sb3_parameters, self.max_grad_norm)
+                th.nn.utils.clip_grad_norm_(cost_parameters, self.max_grad_norm)
+                self.policy.optimizer.step()
+            self._n_updates += 1
+            if not continue_training:
+                break
+
+        buf = self.rollout_buffer
+        self.logger.record("train/entropy_loss", np.mean(entropy_losses))
+        self.logger.record("train/policy_gradient_loss", np.mean(pg_losses))
+        self.logger.record("train/value_loss", np.mean(value_losses))
+        self.logger.record("train/cost_value_loss", np.mean(cost_value_losses))  # cost:
+        self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
+        self.logger.record("train/clip_fraction", np.mean(clip_fractions))
+        self.logger.record("train/loss", loss.item())
+        self.logger.record("train/explained_variance", explained_variance(buf.values.flatten(), buf.returns.flatten()))
+        self.logger.record(  # cost:
+            "train/cost_explained_variance",
+            explained_variance(buf.cost_values.reshape(-1), buf.cost_returns.reshape(-1)),
+        )
+        self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+        self.logger.record("train/clip_range", clip_range)
+        if self.clip_range_vf is not None:
+            self.logger.record("train/clip_range_vf", clip_range_vf)

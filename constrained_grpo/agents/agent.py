@@ -1,0 +1,176 @@
+"""The Contract-2 Constrained GRPO agent for control tasks.
+
+``GRPOAgent(env_id, seed, preset="standard", **options)`` builds a config
+(:mod:`constrained_grpo.agents.config`), the control rollout adapter and MLP policy
+(:mod:`constrained_grpo.agents.control`) and the trainer
+(:mod:`constrained_grpo.agents.trainer`), and offers ``learn``, ``evaluate``, ``save``
+and ``load``. Saved runs are a directory::
+
+    model.safetensors   policy (``policy.*``), reference (``reference.*``), Adam moments (``optim.*``)
+    config.json         {"algo", "env_id", "seed", "config": {...}}: enough to rebuild the agent
+    state.json          iteration, env steps, wall time, multiplier state
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from constrained_grpo.agents.config import GRPOConfig, make_config
+from constrained_grpo.agents.control import ControlAdapter
+from constrained_grpo.agents.trainer import GRPOTrainer
+from constrained_grpo.registry import EvalResult
+from constrained_grpo.tasks import make_env, rollout_episodes
+
+__all__ = ["GRPOAgent", "load_agent", "make_grpo_agent"]
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+STATE_FILE = "state.json"
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class GRPOAgent:
+    """Constrained GRPO (and its variants) on a Gymnasium control task.
+
+    Args:
+        env_id: a registered task id (``constrained_grpo.envs.list_tasks()``).
+        seed: fixes the policy init, the group reset seeds and the action sampling.
+        preset: ``quick``, ``standard`` or ``paper`` (:data:`~constrained_grpo.agents.config.PRESETS`).
+        algo: the registry name, recorded in ``config.json``.
+        **options: :class:`~constrained_grpo.agents.config.GRPOConfig` fields.
+    """
+
+    def __init__(self, env_id: str, seed: int = 0, preset: str = "standard", algo: str = "cgrpo", **options: Any):
+        self.env_id = env_id
+        self.seed = int(seed)
+        self.algo = algo
+        self.config: GRPOConfig = make_config(preset, **options)
+        cfg = self.config
+        if cfg.num_threads > 0:
+            # Small MLPs run fastest single-threaded, and the machine is shared.
+            torch.set_num_threads(cfg.num_threads)
+        torch.manual_seed(self.seed)
+        self.adapter = ControlAdapter(
+            env_id,
+            cfg.num_samples,
+            env_kwargs=cfg.env_kwargs,
+            limits=cfg.limits,
+            seed=self.seed,
+            max_episode_steps=cfg.max_episode_steps,
+        )
+        self.constraints = self.adapter.constraints
+        self.policy = self.adapter.make_policy(cfg.hidden_sizes, cfg.activation, cfg.init_log_std)
+        self.trainer = GRPOTrainer(cfg, self.adapter, self.policy, torch.Generator().manual_seed(self.seed + 1))
+        self._eval_env = None
+        self._eval_generator = torch.Generator().manual_seed(cfg.eval_seed)
+
+    # --- Contract 2 -------------------------------------------------------------------
+    @property
+    def multipliers(self) -> np.ndarray:
+        """Current multipliers ``(K,)``; empty for an unconstrained agent."""
+        if self.trainer.multiplier is None:
+            return np.zeros(0)
+        return self.trainer.multiplier.values.copy()
+
+    def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "GRPOAgent":
+        """Train for ``total_env_steps`` env steps, calling ``log(record)`` every iteration."""
+        self.trainer.train(total_env_steps, log)
+        return self
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> Any:
+        """The action for one observation (the mode when ``deterministic``)."""
+        with torch.no_grad():
+            obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(1, -1))
+            if deterministic:
+                action = self.policy.mode(obs_t)
+            else:
+                action, _ = self.policy.sample(obs_t, self._eval_generator)
+        return self.adapter._env_action(action)[0]
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> EvalResult:
+        """``n_episodes`` episodes from reset seeds ``eval_seed + i``.
+
+        Note: a constrained optimum can be a mixture of routes; its deterministic
+        (mode) policy is one route, so ``deterministic=False`` measures the learned mixture.
+        """
+        if self._eval_env is None:
+            self._eval_env = make_env(self.env_id, **self.config.env_kwargs)
+        self._eval_generator = torch.Generator().manual_seed(self.config.eval_seed)
+        return rollout_episodes(
+            self._eval_env, lambda o: self.act(o, deterministic), n_episodes, seed=self.config.eval_seed
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write weights (safetensors), ``config.json`` and ``state.json`` into directory ``path``."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        tensors = {f"policy.{k}": v.detach().contiguous() for k, v in self.policy.state_dict().items()}
+        if self.trainer.reference is not None:
+            tensors.update({f"reference.{k}": v.detach().contiguous() for k, v in self.trainer.reference.state_dict().items()})
+        tensors.update(self.trainer.optimizer_tensors())
+        tmp = out / (WEIGHTS_FILE + ".tmp")
+        save_file(tensors, str(tmp))
+        os.replace(tmp, out / WEIGHTS_FILE)
+        meta = {"algo": self.algo, "env_id": self.env_id, "seed": self.seed, "config": self.config.to_dict()}
+        _atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
+        _atomic_write_text(out / STATE_FILE, json.dumps(self.trainer.state(), indent=2))
+        return out
+
+    def load(self, path: str | Path) -> "GRPOAgent":
+        """Restore weights, optimiser and multipliers saved by :meth:`save` into this agent.
+
+        The saved run must be for the same task and an equal config; build a fresh agent
+        from a directory with :func:`load_agent`.
+        """
+        src = Path(path)
+        meta = json.loads((src / CONFIG_FILE).read_text())
+        saved = GRPOConfig.from_dict(meta["config"])
+        if meta["env_id"] != self.env_id or saved != self.config:
+            raise ValueError(
+                f"{src} holds a {meta['algo']!r} run on {meta['env_id']!r} with another config; "
+                "use constrained_grpo.agents.load_agent(path) to rebuild that agent"
+            )
+        tensors = load_file(str(src / WEIGHTS_FILE))
+        self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+        ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
+        if ref and self.trainer.reference is not None:
+            self.trainer.reference.load_state_dict(ref)
+        self.trainer.load_optimizer_tensors(tensors)
+        self.trainer.load_state(json.loads((src / STATE_FILE).read_text()))
+        return self
+
+
+def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> GRPOAgent:
+    """Registry entry point (``make_agent("cgrpo", env_id, seed, **config)``).
+
+    The registry merges a variant's defaults with the user's options shallowly; here a
+    user's ``multiplier={...}`` is merged *into* the variant's multiplier options, so
+    ``make_agent("grpo-screw", ..., multiplier={"lr": 0.1})`` keeps the variant's rule.
+    """
+    from constrained_grpo.agents.variants import VARIANTS
+
+    algo = config.get("algo", "cgrpo")
+    variant_mult = dict(VARIANTS[algo].options.get("multiplier", {})) if algo in VARIANTS else {}
+    if isinstance(config.get("multiplier"), dict) and variant_mult:
+        config = {**config, "multiplier": {**variant_mult, **config["multiplier"]}}
+    return GRPOAgent(env_id, seed=seed, **config)
+
+
+def load_agent(path: str | Path) -> GRPOAgent:
+    """Rebuild the agent saved in directory ``path`` (config, weights, multipliers)."""
+    meta = json.loads((Path(path) / CONFIG_FILE).read_text())
+    agent = GRPOAgent(meta["env_id"], seed=meta["seed"], algo=meta["algo"], **meta["config"])
+    return agent.load(path)

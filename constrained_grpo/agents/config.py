@@ -1,0 +1,253 @@
+"""The Constrained GRPO config: one typed dataclass, one docstring per field, named presets.
+
+A config is built once and never mutated: ``make_config("standard", lr=1e-3)`` starts
+from a preset and applies overrides; a misspelled option is an error that names the
+valid options. Derived values are properties.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, AdvantageSpec
+from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
+from constrained_grpo.constraints import validate_limit
+from constrained_grpo.multipliers import MultiplierConfig
+
+__all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config"]
+
+ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    """Everything a Constrained GRPO run needs besides the task id and the seed."""
+
+    # --- rollout: groups ------------------------------------------------------------
+    num_groups: int = 16
+    """P, starts per iteration: reset seeds for control, prompts for text (DeepSeekMath 2024)."""
+    group_size: int = 16
+    """G, samples per start; the group statistics need G >= 2 (DeepSeekMath 2024)."""
+    max_episode_steps: int = 1000
+    """Cap on the steps of one rollout episode, for tasks without a time limit of their own."""
+
+    # --- advantages -----------------------------------------------------------------
+    aggregator: str = "scadv"
+    """How reward and costs become one advantage: ``scadv`` (Constrained GRPO, arXiv
+    2602.05863), ``screw`` (reward scalarization, the standard practice), ``gdpo`` (arXiv
+    2601.05242), ``dara`` (DARA density weights) or ``reward`` (unconstrained GRPO)."""
+    estimator: str = "zscore"
+    """Group estimator: ``zscore`` (GRPO, DeepSeekMath), ``mean`` (Dr. GRPO), ``batch_std``
+    (TRL ``scale_rewards="batch"``), ``softmax`` (SoftmaxGRPO, arXiv 2608.09271), ``maxrl``
+    (MaxRL, arXiv 2602.02710). GDPO and DARA always z-score."""
+    scadv_normalize: bool = False
+    """ScAdv only: divide the advantage by ``1 + sum_k lambda_k`` (as PPO-Lagrangian, Ray et
+    al. 2019), which keeps its scale bounded as multipliers grow (arXiv 2602.05863)."""
+    reward_weight: float = 1.0
+    """lambda_R, the weight of the reward component (arXiv 2602.05863)."""
+    adv_eps: float = 0.0
+    """Added to the std in z-score/batch-std denominators (TRL uses 1e-4); zero-std groups
+    give advantage 0 regardless."""
+    softmax_tau: float = 1.0
+    """Temperature tau of SoftmaxGRPO's ``G softmax(x / tau) - 1`` (arXiv 2608.09271)."""
+    dara_symmetric: bool = True
+    """DARA: symmetric ``sum w_j u_j`` (True) or asymmetric ``sum w_j u_j+ + u_j-`` (False)."""
+    dara_max_weight: float = 5.0
+    """DARA: cap on the density weight ``sqrt(max pi / pi_j)``."""
+
+    # --- constraints ----------------------------------------------------------------
+    limits: tuple[float, ...] | Mapping[str, float] | None = None
+    """Override of the task's limits d_k: one per constraint in order, or ``{name: limit}``
+    (Contract 1). None keeps the task's limits."""
+    multiplier: MultiplierConfig = field(default_factory=MultiplierConfig)
+    """Lagrange multiplier rule and step (``constrained_grpo.multipliers``): projected dual
+    ascent (MASA, FSRL), log-SGD (safe-rlhf), Adam (OmniSafe) or PID (Stooke et al. 2020)."""
+
+    # --- policy loss ----------------------------------------------------------------
+    clip_eps_low: float = 0.2
+    """Lower clip ``1 - eps_low`` of the ratio (PPO, Schulman et al. 2017)."""
+    clip_eps_high: float = 0.2
+    """Upper clip ``1 + eps_high``; larger than ``eps_low`` is DAPO's clip-higher."""
+    ratio_level: str = "step"
+    """``step``: per-step (per-token) ratios (PPO/GRPO); ``sequence``: one length-normalized
+    ratio per sample (GSPO)."""
+    loss_agg: str = "token"
+    """Averaging of per-step terms: ``token`` (DAPO), ``sequence`` (GRPO), ``sum`` (Dr. GRPO)."""
+    neg_adv_veto: bool = False
+    """Mu-GRPO's negative-advantage veto (arXiv 2605.17570): for A < 0, drop the steps after
+    the first step whose ratio leaves the trust region."""
+    kl_coef: float = 0.0
+    """beta of the k3 KL penalty to a frozen reference policy (DeepSeekMath 2024); 0 = off."""
+    ref_update_every: int = 0
+    """Copy the policy into the reference every this many iterations; 0 keeps the initial
+    policy as the reference for the whole run (DeepSeekMath's iterative GRPO refreshes it)."""
+    entropy_coef: float = 0.0
+    """Coefficient of the entropy bonus (PPO, Schulman et al. 2017)."""
+
+    # --- optimisation (stale data) --------------------------------------------------
+    lr: float = 3e-3
+    """Adam learning rate of the policy."""
+    epochs: int = 2
+    """Optimisation passes over each batch (PPO); > 1 reuses stale data. Mu-GRPO uses a few
+    large generation stages with many passes each (arXiv 2605.17570)."""
+    minibatches: int = 4
+    """Minibatches per pass; samples (whole episodes/completions) are split among them."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clip of the policy update (PPO)."""
+
+    # --- policy network -------------------------------------------------------------
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the MLP policy (control tasks; CleanRL's PPO)."""
+    activation: str = "tanh"
+    """Hidden activation of the MLP policy: ``tanh`` or ``relu``."""
+    init_log_std: float = -0.5
+    """Initial log standard deviation of the Gaussian policy (continuous actions)."""
+
+    # --- system ---------------------------------------------------------------------
+    num_threads: int = 1
+    """torch intra-op threads; small MLPs are fastest single-threaded. 0 leaves torch's default."""
+    eval_seed: int = 1_000_000
+    """First reset seed of ``evaluate``, far from the training seeds."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keywords passed to ``gymnasium.make`` for the task (Contract 1: task options)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.multiplier, Mapping):
+            object.__setattr__(self, "multiplier", MultiplierConfig.from_dict(dict(self.multiplier)))
+        if isinstance(self.hidden_sizes, list):
+            object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        if isinstance(self.limits, list):
+            object.__setattr__(self, "limits", tuple(self.limits))
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        self._validate()
+
+    def _validate(self) -> None:
+        for name in ("num_groups", "epochs", "minibatches", "max_episode_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}={value!r} must be an integer >= 1")
+        if not isinstance(self.group_size, int) or self.group_size < 2:
+            raise ValueError(
+                f"group_size={self.group_size!r}: GRPO needs at least 2 samples per group to "
+                "estimate a group mean and std; set group_size >= 2 (8-16 is typical)"
+            )
+        if self.aggregator not in AGGREGATORS:
+            raise ValueError(f"unknown aggregator {self.aggregator!r}; choose one of {list(AGGREGATORS)}")
+        if self.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {self.estimator!r}; choose one of {sorted(ESTIMATORS)}")
+        if self.loss_agg not in LOSS_AGGREGATIONS:
+            raise ValueError(f"unknown loss_agg {self.loss_agg!r}; choose one of {list(LOSS_AGGREGATIONS)}")
+        if self.ratio_level not in ("step", "sequence"):
+            raise ValueError(f"unknown ratio_level {self.ratio_level!r}; choose 'step' or 'sequence'")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; choose one of {list(ACTIVATIONS)}")
+        if self.minibatches > self.num_samples:
+            raise ValueError(
+                f"minibatches={self.minibatches} exceeds the {self.num_samples} samples of a batch "
+                f"(num_groups x group_size); lower minibatches"
+            )
+        for name in ("clip_eps_low", "clip_eps_high"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be > 0")
+        if self.clip_eps_low >= 1:
+            raise ValueError(f"clip_eps_low={self.clip_eps_low!r} must be < 1 (the ratio is positive)")
+        for name in ("lr", "softmax_tau", "dara_max_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be finite and > 0")
+        for name in ("kl_coef", "entropy_coef", "adv_eps", "max_grad_norm", "reward_weight"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name}={value!r} must be finite and >= 0")
+        if self.ref_update_every < 0 or self.num_threads < 0:
+            raise ValueError("ref_update_every and num_threads must be >= 0")
+        if any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
+            raise ValueError(f"hidden_sizes={self.hidden_sizes!r} must be positive integers (empty: a linear policy)")
+        if self.limits is not None:
+            items = self.limits.items() if isinstance(self.limits, Mapping) else enumerate(self.limits)
+            for key, value in items:
+                validate_limit(str(key), value)
+
+    # --- derived values -------------------------------------------------------------
+    @property
+    def constrained(self) -> bool:
+        """Whether the agent uses the costs (any aggregator but ``reward``)."""
+        return self.aggregator != "reward"
+
+    @property
+    def num_samples(self) -> int:
+        """Samples per iteration, ``P * G``."""
+        return self.num_groups * self.group_size
+
+    @property
+    def advantage_spec(self) -> AdvantageSpec:
+        """The advantage knobs for :func:`constrained_grpo.agents.advantages.compute_advantages`."""
+        return AdvantageSpec(
+            aggregator=self.aggregator,
+            estimator=self.estimator,
+            normalize=self.scadv_normalize,
+            reward_weight=self.reward_weight,
+            eps=self.adv_eps,
+            tau=self.softmax_tau,
+            dara_symmetric=self.dara_symmetric,
+            dara_max_weight=self.dara_max_weight,
+        )
+
+    # --- (de)serialisation ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (tuples become lists)."""
+        data = asdict(self)
+        data["limits"] = dict(self.limits) if isinstance(self.limits, Mapping) else (
+            list(self.limits) if self.limits is not None else None
+        )
+        data["hidden_sizes"] = list(self.hidden_sizes)
+        return data
+
+    @classmethod
+    def valid_options(cls) -> list[str]:
+        return sorted(f.name for f in fields(cls))
+
+    def updated(self, overrides: Mapping[str, Any]) -> "GRPOConfig":
+        """A copy with ``overrides`` applied; ``multiplier`` given as a dict is merged into
+        the current multiplier config. Unknown options are an error naming the valid ones."""
+        valid = set(self.valid_options())
+        unknown = sorted(set(overrides) - valid)
+        if unknown:
+            raise ValueError(
+                f"unknown GRPO option(s) {unknown}; valid options: {sorted(valid)} "
+                "(multiplier options go in multiplier={...})"
+            )
+        changes = dict(overrides)
+        mult = changes.get("multiplier")
+        if isinstance(mult, Mapping):
+            changes["multiplier"] = MultiplierConfig.from_dict({**asdict(self.multiplier), **dict(mult)})
+        return replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "GRPOConfig":
+        """Build from a full or partial dict (e.g. a saved ``config.json``)."""
+        return cls().updated(data)
+
+
+#: Named presets (Python values; the CLI exposes them by name).
+PRESETS: dict[str, GRPOConfig] = {
+    # Seconds: unit tests and smoke runs.
+    "quick": GRPOConfig(num_groups=8, group_size=8, epochs=2, minibatches=2, hidden_sizes=(32, 32)),
+    # The tuned default: the HazardFuel acceptance runs use it.
+    "standard": GRPOConfig(),
+    # Larger groups and batches, slower but less noisy multiplier estimates.
+    "paper": GRPOConfig(num_groups=32, group_size=16, epochs=2, minibatches=8),
+}
+
+
+def make_config(preset: str = "standard", **overrides: Any) -> GRPOConfig:
+    """The preset ``preset`` with ``overrides`` applied (unknown names are errors)."""
+    try:
+        base = PRESETS[preset]
+    except KeyError:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}") from None
+    return base.updated(overrides)

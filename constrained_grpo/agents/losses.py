@@ -1,0 +1,165 @@
+"""The GRPO policy loss, in small torch functions.
+
+Shapes: ``N`` samples (episodes or completions) of up to ``T`` steps (actions or tokens);
+per-step log-probabilities ``[N, T]``, a validity ``mask`` ``[N, T]`` (bool) and one
+advantage per sample ``adv`` ``[N]`` (GRPO gives every step of a sample its sample's
+advantage).
+
+Clipped surrogate (PPO; GRPO), per step with ``r_t = exp(logp_t - logp_old_t)``:
+
+    pg_loss_clipped = - mean_t min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
+
+``eps_high > eps_low`` is the asymmetric "clip-higher" of DAPO. The sequence-level option
+(GSPO) uses one ratio per sample, ``s = exp(mean_t (logp_t - logp_old_t))``.
+
+Mu-GRPO's negative-advantage veto (arXiv 2605.17570): for a sample with ``A < 0``, the
+steps *after* the first step whose ratio leaves ``[1 - eps_low, 1 + eps_high]`` are
+masked out: once the policy has moved away from the sampled trajectory, later
+steps of a bad sample no longer describe what the policy would do, and pushing them
+down further only destroys probability mass that stale data cannot judge.
+
+KL to a frozen reference uses the k3 estimator (Schulman 2020; DeepSeekMath):
+``kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1 >= 0``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "LOSS_AGGREGATIONS",
+    "PolicyLossTerms",
+    "kl_k3",
+    "masked_mean",
+    "negative_advantage_veto",
+    "pg_loss_clipped",
+    "policy_loss",
+]
+
+#: How per-step terms are averaged: over every valid step of the minibatch (``token``,
+#: DAPO), per sample then over samples (``sequence``, the original GRPO), or summed and
+#: divided by ``N * T`` (``sum``, Dr. GRPO: no length normalization).
+LOSS_AGGREGATIONS: tuple[str, ...] = ("token", "sequence", "sum")
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, agg: str = "token") -> torch.Tensor:
+    """Average ``values`` ``[N, T]`` over the valid steps ``mask`` as ``agg`` says."""
+    m = mask.to(values.dtype)
+    if agg == "token":
+        return (values * m).sum() / m.sum().clamp_min(1.0)
+    if agg == "sequence":
+        per_sample = (values * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
+        return per_sample.mean()
+    if agg == "sum":
+        return (values * m).sum() / max(values.numel(), 1)
+    raise ValueError(f"unknown loss aggregation {agg!r}; choose one of {list(LOSS_AGGREGATIONS)}")
+
+
+def negative_advantage_veto(
+    ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, eps_low: float, eps_high: float
+) -> torch.Tensor:
+    """Mu-GRPO: the mask with the steps after the first out-of-region ratio removed (A < 0 only).
+
+    Returns a bool ``[N, T]``; computed without gradient. A step is *out* when its ratio
+    is outside ``[1 - eps_low, 1 + eps_high]``; for a sample with ``A < 0`` every step
+    strictly after its first out step is dropped (the out step itself is kept: the clip
+    already handles it).
+    """
+    with torch.no_grad():
+        out = ((ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)) & mask
+        seen_before = (torch.cumsum(out.to(torch.int64), dim=1) - out.to(torch.int64)) > 0
+        vetoed = seen_before & (adv < 0).unsqueeze(1)
+        return mask & ~vetoed
+
+
+def pg_loss_clipped(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ratio_level: str = "step",
+    agg: str = "token",
+    veto: bool = False,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped surrogate loss and diagnostics (``clip_frac``, ``approx_kl``, ``veto_frac``).
+
+    ``ratio_level="step"``: per-step ratios ``r_t`` (PPO/GRPO). ``"sequence"``: one ratio per
+    sample ``s = exp(mean_t log r_t)`` (GSPO), broadcast to its steps. ``veto`` applies
+    :func:`negative_advantage_veto` to the per-step ratios.
+    """
+    if ratio_level not in ("step", "sequence"):
+        raise ValueError(f"unknown ratio_level {ratio_level!r}; choose 'step' or 'sequence'")
+    m = mask.to(logp.dtype)
+    log_ratio = (logp - logp_old) * m
+    if ratio_level == "sequence":
+        seq_log_ratio = log_ratio.sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
+        ratio = torch.exp(seq_log_ratio).unsqueeze(1).expand_as(logp)
+    else:
+        ratio = torch.exp(log_ratio)
+    a = adv.unsqueeze(1)
+    surrogate = ratio * a
+    surrogate_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * a
+    loss_mask = mask
+    if veto:
+        loss_mask = negative_advantage_veto(torch.exp(log_ratio), adv, mask, eps_low, eps_high)
+    pg_loss = -masked_mean(torch.minimum(surrogate, surrogate_clipped), loss_mask, agg)
+    with torch.no_grad():
+        clipped = (surrogate_clipped < surrogate) & mask
+        stats = {
+            "clip_frac": masked_mean(clipped.to(logp.dtype), mask),
+            # k3 estimate of KL(old || new) (Schulman 2020), for monitoring only.
+            "approx_kl": masked_mean(torch.exp(-log_ratio) - 1.0 + log_ratio, mask),
+            "veto_frac": 1.0 - loss_mask.sum() / mask.sum().clamp_min(1),
+        }
+    return pg_loss, stats
+
+
+def kl_k3(logp: torch.Tensor, logp_ref: torch.Tensor) -> torch.Tensor:
+    """Per-step k3 estimate of ``KL(pi || pi_ref)``: ``exp(d) - d - 1`` with ``d = ref - logp``."""
+    d = logp_ref - logp
+    return torch.exp(d) - d - 1.0
+
+
+@dataclass
+class PolicyLossTerms:
+    """The pieces of the policy loss: ``loss = pg_loss + kl_coef kl - entropy_coef entropy``."""
+
+    loss: torch.Tensor
+    pg_loss: torch.Tensor
+    kl: torch.Tensor
+    entropy: torch.Tensor
+    clip_frac: torch.Tensor
+    approx_kl: torch.Tensor
+    veto_frac: torch.Tensor
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    entropy: torch.Tensor,
+    logp_ref: torch.Tensor | None = None,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    ratio_level: str = "step",
+    agg: str = "token",
+    veto: bool = False,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+) -> PolicyLossTerms:
+    """The full GRPO loss ``pg_loss_clipped + kl_coef * KL(pi || pi_ref) - entropy_coef * H``."""
+    pg, stats = pg_loss_clipped(logp, logp_old, adv, mask, eps_low, eps_high, ratio_level, agg, veto)
+    ent = masked_mean(entropy, mask, agg)
+    loss = pg - entropy_coef * ent
+    if logp_ref is not None:
+        kl = masked_mean(kl_k3(logp, logp_ref), mask, agg)
+        loss = loss + kl_coef * kl
+    else:
+        kl = torch.zeros((), dtype=logp.dtype)
+    return PolicyLossTerms(loss, pg, kl, ent, stats["clip_frac"], stats["approx_kl"], stats["veto_frac"])

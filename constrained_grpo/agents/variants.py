@@ -1,0 +1,85 @@
+"""The GRPO algorithm family as one table: a registry name is a set of config options.
+
+Every variant shares the entry point :func:`constrained_grpo.agents.agent.make_grpo_agent`
+and the ``standard`` preset; its row says only what differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from constrained_grpo.registry import register_agent
+
+__all__ = ["VARIANTS", "Variant", "register_variants"]
+
+ENTRY_POINT = "constrained_grpo.agents.agent:make_grpo_agent"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One registry row: name, one-line description, the options it sets."""
+
+    name: str
+    description: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def constrained(self) -> bool:
+        return self.options.get("aggregator", "scadv") != "reward"
+
+
+_TABLE: tuple[Variant, ...] = (
+    Variant("cgrpo", "Constrained GRPO: scalarize z-scored reward and cost advantages (ScAdv, arXiv 2602.05863)"),
+    Variant(
+        "grpo-screw",
+        "GRPO with reward scalarization R - sum lambda C, then z-score (ScRew, the standard practice)",
+        {"aggregator": "screw"},
+    ),
+    Variant("grpo", "unconstrained GRPO on the reward (costs logged, ignored)", {"aggregator": "reward"}),
+    Variant("cgrpo-norm", "ScAdv divided by 1 + sum lambda (PPO-Lagrangian's normalization)", {"scadv_normalize": True}),
+    Variant("cgrpo-gdpo", "GDPO: batch-normalized sum of z-scored components (arXiv 2601.05242)", {"aggregator": "gdpo"}),
+    Variant("cgrpo-dara", "DARA: density-weighted components, symmetric form, batch-normalized", {"aggregator": "dara"}),
+    Variant(
+        "cgrpo-dara-asym",
+        "DARA, asymmetric form: only the good side of a sparse component is amplified",
+        {"aggregator": "dara", "dara_symmetric": False},
+    ),
+    Variant("cgrpo-softmax", "ScAdv with SoftmaxGRPO's G softmax(x/tau) - 1 estimator (arXiv 2608.09271)", {"estimator": "softmax"}),
+    Variant("cgrpo-maxrl", "ScAdv with MaxRL's (x - mean) / mean estimator (arXiv 2602.02710)", {"estimator": "maxrl"}),
+    Variant(
+        "cgrpo-drgrpo",
+        "ScAdv with Dr. GRPO: mean-only baseline, no length normalization of the loss",
+        {"estimator": "mean", "loss_agg": "sum"},
+    ),
+    Variant("cgrpo-batchstd", "ScAdv with a group mean and a batch std (TRL scale_rewards='batch')", {"estimator": "batch_std"}),
+    Variant(
+        "cgrpo-mu",
+        "Mu-GRPO: few large generation stages, many passes, relaxed clip, negative-advantage veto (arXiv 2605.17570)",
+        {
+            "num_groups": 64,
+            "epochs": 4,
+            "minibatches": 16,
+            "clip_eps_low": 0.2,
+            "clip_eps_high": 0.4,
+            "neg_adv_veto": True,
+        },
+    ),
+    Variant("cgrpo-gspo", "ScAdv with one length-normalized ratio per episode (GSPO)", {"ratio_level": "sequence"}),
+    Variant("cgrpo-pid", "ScAdv with PID Lagrangian multipliers (Stooke et al. 2020)", {"multiplier": {"rule": "pid"}}),
+)
+
+#: Variants by registry name.
+VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
+
+
+def register_variants() -> None:
+    """Register every row of the table (idempotent)."""
+    for v in _TABLE:
+        register_agent(
+            v.name,
+            ENTRY_POINT,
+            defaults={"algo": v.name, **v.options},
+            description=v.description,
+            constrained=v.constrained,
+        )

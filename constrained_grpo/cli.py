@@ -1,0 +1,385 @@
+"""The ``cgrpo`` command: tasks, algorithms, training, sweeps, leaderboard and plots.
+
+::
+
+    cgrpo envs                       every registered task with its constraints and limits
+    cgrpo check ENV_ID               the constrained env checker on one task
+    cgrpo algos                      every registered algorithm
+    cgrpo train TASK ALGO [--seed N --steps N --out DIR --config.FIELD VALUE ...]
+    cgrpo bench [--preset quick|standard|paper --tasks ... --algos ... --seeds N --steps N
+                 --backend local|ray --workers N --out DIR --ray-address ADDR]
+    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR]
+    cgrpo plot DIR [--out DIR]
+
+``--config.FIELD VALUE`` (or ``--config.FIELD=VALUE``) sets an agent config field; the
+value is parsed as JSON when it is JSON (``0.1``, ``true``, ``[1, 2]``) and kept as a
+string otherwise. For ``bench``, ``--config.ALGO.FIELD VALUE`` sets it for one algorithm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "parse_config_args"]
+
+
+class CliError(Exception):
+    """A user error: printed as one message, exit status 2."""
+
+
+def parse_config_args(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
+    """Split ``--config.NAME VALUE`` / ``--config.NAME=VALUE`` out of ``argv``.
+
+    Returns the remaining arguments and ``{NAME: value}`` (JSON-parsed when possible).
+
+    >>> parse_config_args(["train", "--config.lr", "0.01", "--config.opt=adam", "--seed", "1"])
+    (['train', '--seed', '1'], {'lr': 0.01, 'opt': 'adam'})
+    """
+    rest: list[str] = []
+    config: dict[str, Any] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--config."):
+            name, eq, value = arg[len("--config."):].partition("=")
+            if not eq:
+                if i + 1 >= len(argv):
+                    raise CliError(f"{arg} needs a value: {arg} VALUE or {arg}=VALUE")
+                value = argv[i + 1]
+                i += 1
+            if not name or name.startswith(".") or name.endswith("."):
+                raise CliError(f"malformed option {arg!r}; write --config.FIELD VALUE")
+            try:
+                config[name] = json.loads(value)
+            except json.JSONDecodeError:
+                config[name] = value
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, config
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="cgrpo",
+        description="constrained-grpo: a Gymnasium benchmark suite for constrained RL.",
+        epilog="Agent options: --config.FIELD VALUE (JSON if it parses, else a string); "
+        "for bench also --config.ALGO.FIELD VALUE.",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    e = sub.add_parser("envs", help="list the registered tasks with their constraints")
+    e.add_argument("--family", default=None, help="only this task family (e.g. gridworld)")
+
+    c = sub.add_parser("check", help="run the constrained env checker on a task")
+    c.add_argument("env_id", metavar="ENV_ID")
+    c.add_argument("--steps", type=int, default=300, help="random steps to check (default 300)")
+
+    sub.add_parser("algos", help="list the registered algorithms")
+
+    t = sub.add_parser("train", help="train and evaluate one run", epilog="Agent options: --config.FIELD VALUE.")
+    t.add_argument("task", metavar="TASK")
+    t.add_argument("algo", metavar="ALGO")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--steps", type=int, default=20_000, help="env-step budget (default 20000)")
+    t.add_argument("--eval-episodes", type=int, default=20)
+    t.add_argument("--out", type=Path, default=Path("runs"), help="results root (default runs/)")
+    t.add_argument("--force", action="store_true", help="rerun even if the run is complete")
+    t.add_argument("--no-save", action="store_true", help="do not save the agent")
+
+    from constrained_grpo.eval.presets import PRESETS
+
+    b = sub.add_parser("bench", help="sweep tasks x algorithms x seeds",
+                       epilog="Presets: " + "; ".join(f"{n}: {pr.description}" for n, pr in PRESETS.items()))
+    b.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    b.add_argument("--tasks", nargs="+", default=None, help="replace the preset's tasks")
+    b.add_argument("--algos", nargs="+", default=None, help="replace the preset's algorithms")
+    b.add_argument("--seeds", type=int, default=None, help="use seeds 0..N-1")
+    b.add_argument("--steps", type=int, default=None, help="env-step budget of every run")
+    b.add_argument("--eval-episodes", type=int, default=None)
+    b.add_argument("--backend", choices=["local", "ray"], default="local")
+    b.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU count, or the Ray cluster's)")
+    b.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
+    b.add_argument("--out", type=Path, default=None, help="results root (default runs/<preset>)")
+    b.add_argument("--retries", type=int, default=1, help="retries of a crashed run (default 1)")
+    b.add_argument("--no-save", action="store_true", help="do not save the agents")
+    b.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    lb = sub.add_parser("leaderboard", help="rank the results in DIR; or validate a submission")
+    lb.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
+    lb.add_argument("--check", type=Path, default=None, metavar="FILE", help="only validate a submission CSV")
+    lb.add_argument("--add", type=Path, nargs="+", default=[], metavar="FILE", help="submissions to rank too")
+    lb.add_argument("--out", type=Path, default=None, help="output folder (default DIR)")
+    lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
+    lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
+    lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
+
+    pl = sub.add_parser("plot", help="draw learning curves, multipliers, return vs violation")
+    pl.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
+    pl.add_argument("--out", type=Path, default=None, help="output folder (default DIR/plots)")
+    pl.add_argument("--allow-incomplete", action="store_true")
+    return p
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    from constrained_grpo.constraints import get_constraints
+    from constrained_grpo.envs import list_tasks, task_info
+    from constrained_grpo.tasks import make_env
+
+    tasks = list_tasks(args.family)
+    if not tasks:
+        raise CliError(f"no task in family {args.family!r}; families: {sorted({task_info(t).family for t in list_tasks()})}")
+    for task in tasks:
+        info = task_info(task)
+        env = make_env(task)
+        try:
+            constraints = get_constraints(env)
+        finally:
+            env.close()
+        print(f"{task}  [{info.family}]  {info.description}")
+        for c in constraints:
+            kind = "indicator, limit is a probability" if c.indicator else "cumulative"
+            print(f"    {c.name:<10} <= {c.limit:<8g} ({kind}) {c.description}")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from constrained_grpo import check_constrained_env
+    from constrained_grpo.tasks import make_env
+
+    env = make_env(args.env_id)
+    try:
+        report = check_constrained_env(env, num_steps=args.steps)
+    finally:
+        env.close()
+    print(f"{args.env_id}: OK (gymnasium check_env and the cost contract)")
+    for key, value in report.items():
+        print(f"    {key}: {value}")
+    return 0
+
+
+def _cmd_algos(args: argparse.Namespace) -> int:
+    from constrained_grpo.registry import agent_spec, list_agents
+
+    names = list_agents()
+    if not names:
+        print("no algorithm is registered (constrained_grpo.agents and constrained_grpo.baselines register theirs on import)")
+        return 0
+    for name in names:
+        spec = agent_spec(name)
+        kind = "constrained" if spec.constrained else "unconstrained"
+        print(f"{name:<14} {kind:<14} {spec.description}")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from tqdm.auto import tqdm
+
+    from constrained_grpo.eval import storage
+    from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+    from constrained_grpo.registry import agent_spec
+
+    agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
+    spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
+    path = spec.run_dir(args.out)
+    if storage.is_complete(path):
+        if not args.force:
+            print(f"{path} is complete already; pass --force to rerun it")
+            return 0
+        with storage.run_lock(path):
+            (path / storage.DONE_FILE).unlink()
+    meta = task_meta(args.task)
+    bar = tqdm(total=spec.steps, desc=spec.key, unit="step", file=sys.stderr, disable=None)
+
+    def progress(env_steps: int) -> None:
+        bar.update(max(0, min(env_steps, bar.total) - bar.n))
+
+    outcome = execute_run(spec, args.out, meta=meta, on_progress=progress)
+    bar.close()
+    if outcome.status != "done":
+        print(f"run {spec.key} {outcome.status}:\n{outcome.error}", file=sys.stderr)
+        return 1
+    from constrained_grpo.eval.loader import load_run
+    from constrained_grpo.eval.metrics import run_metrics
+
+    table, _ = load_run(path, known_algos=None)
+    m = run_metrics(table, {meta.task: meta}).iloc[0]
+    print(f"{spec.key}: done in {outcome.wall_s:.1f} s -> {path}")
+    line = f"  eval return {m['eval_return']:.4f}"
+    if meta.optimum_return is not None:
+        line += f" (optimum {meta.optimum_return:.4f}, normalised {m['eval_return_norm']:.3f})"
+    print(line)
+    for c in meta.constraints:
+        ok = "ok" if m[f"violation_{c.name}"] <= 0 else "VIOLATED"
+        print(f"  {c.name}: eval cost {m[f'eval_cost_{c.name}']:.4f} vs limit {c.limit:g} ({ok})")
+    return 0
+
+
+def _split_bench_config(config: dict[str, Any], algos: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``{FIELD: v}`` applies to every algorithm; ``{ALGO.FIELD: v}`` to one."""
+    per: dict[str, dict[str, Any]] = {a: {} for a in algos}
+    for name, value in config.items():
+        algo, dot, field = name.rpartition(".")
+        if not dot:
+            for a in algos:
+                per[a][field] = value
+        elif algo in per:
+            per[algo][field] = value
+        else:
+            raise CliError(f"--config.{name}: {algo!r} is not one of this sweep's algorithms {list(algos)}")
+    return per
+
+
+def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
+    from dataclasses import replace
+
+    from constrained_grpo.eval.presets import resolve
+    from constrained_grpo.eval.sweep import run_sweep
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        preset = resolve(args.preset, tasks=args.tasks, algos=args.algos, seeds=args.seeds,
+                         steps=args.steps, eval_episodes=args.eval_episodes)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    per_algo = _split_bench_config(config, preset.algos)
+    merged = {a: {**dict(preset.config.get(a, {})), **per_algo[a]} for a in preset.algos}
+    preset = replace(preset, config=merged)
+    specs = preset.runs(save_agent=not args.no_save)
+    out = args.out if args.out is not None else Path("runs") / preset.name
+    print(f"[bench] preset {preset.name}: {len(preset.resolved_tasks())} task(s) x {len(preset.algos)} algorithm(s) "
+          f"{list(preset.algos)} x {len(preset.seeds)} seed(s) = {len(specs)} runs, {preset.steps} steps each, "
+          f"backend {args.backend} -> {out}", file=sys.stderr)
+    report = run_sweep(specs, out, backend=args.backend, workers=args.workers, retries=args.retries,
+                       ray_address=args.ray_address, progress=False if args.no_progress else None)
+    print(report.summary())
+    if report.ok:
+        print(f"next: cgrpo leaderboard {out}")
+    return 0 if report.ok else 1
+
+
+def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any]]:
+    from constrained_grpo.eval.loader import load_results, read_table_csv, validate_table
+
+    if path.is_file():
+        return validate_table(read_table_csv(path), source=str(path))
+    results = load_results(path, allow_incomplete=allow_incomplete)
+    if results.incomplete:
+        print(f"warning: left out {len(results.incomplete)} incomplete run(s): "
+              + ", ".join(str(p) for p in results.incomplete), file=sys.stderr)
+    return results.table, results.tasks
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from constrained_grpo.eval.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
+    from constrained_grpo.eval.loader import ResultsError, validate_table
+
+    if args.check is not None:
+        tasks = None
+        if args.dir.is_dir():
+            try:
+                tasks = _load(args.dir, True)[1]
+            except ResultsError:
+                tasks = None  # no usable runs: check against the registered tasks
+        try:
+            table, _ = check_submission(args.check, tasks)
+        except ResultsError as err:
+            print(f"REJECTED {args.check}: {err}")
+            return 1
+        runs = table.groupby(["task", "algo", "seed"]).ngroups
+        print(f"OK {args.check}: {len(table)} rows, {runs} runs, tasks {sorted(table['task'].unique())}, "
+              f"algorithms {sorted(table['algo'].unique())}")
+        return 0
+
+    table, tasks = _load(args.dir, args.allow_incomplete)
+    for extra in args.add:
+        sub, sub_tasks = check_submission(extra, tasks)
+        clash = set(zip(sub["task"], sub["algo"], sub["seed"])) & set(zip(table["task"], table["algo"], table["seed"]))
+        if clash:
+            raise CliError(f"{extra}: runs {sorted(clash)[:3]} are in the results already; rename the algorithm")
+        table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
+    lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol)
+    out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
+    # A CSV input is the long table already: do not rewrite it beside the leaderboard.
+    paths = write_leaderboard(lb, out, table=None if args.dir.is_file() else table)
+    if not args.quiet:
+        print(render_markdown(lb))
+    print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from constrained_grpo.eval.plots import make_plots
+
+    table, tasks = _load(args.dir, args.allow_incomplete)
+    out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
+    for path in make_plots(table, tasks, out):
+        print(path)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``cgrpo``; returns the exit status (0 ok, 1 failed runs or a rejected file, 2 usage)."""
+    import gymnasium as gym
+
+    from constrained_grpo.constraints import ConstraintError, CostContractError
+    from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.sweep import SweepConfigError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    try:
+        rest, config = parse_config_args(argv)
+    except CliError as err:
+        parser.error(str(err))
+    args = parser.parse_args(rest)
+    if config and args.command not in ("train", "bench"):
+        parser.error(f"--config.* options apply to train and bench, not {args.command}")
+    start = time.perf_counter()
+    try:
+        if args.command == "envs":
+            return _cmd_envs(args)
+        if args.command == "check":
+            return _cmd_check(args)
+        if args.command == "algos":
+            return _cmd_algos(args)
+        if args.command == "train":
+            return _cmd_train(args, config)
+        if args.command == "bench":
+            return _cmd_bench(args, config)
+        if args.command == "leaderboard":
+            return _cmd_leaderboard(args)
+        if args.command == "plot":
+            return _cmd_plot(args)
+    except CostContractError as err:
+        print(f"cgrpo {args.command}: FAILED the cost contract: {err}", file=sys.stderr)
+        return 1
+    except (CliError, ResultsError, SweepConfigError, ConstraintError, gym.error.Error) as err:
+        print(f"cgrpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except (KeyError, ValueError) as err:
+        # Unknown names and bad values from the registries and presets carry a full message.
+        msg = err.args[0] if err.args else repr(err)
+        print(f"cgrpo {args.command}: error: {msg}", file=sys.stderr)
+        return 2
+    finally:
+        if args.command in ("bench", "train"):
+            print(f"[cgrpo {args.command}] {time.perf_counter() - start:.1f} s", file=sys.stderr)
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""The highway task table. Imports nothing from highway-env: the ids list without it,
+and making one without it fails with ``pip install -e ".[highway]"``.
+
+Every task has K = 4 costs ``(collision, speeding, headway, <comfort>)``; thresholds
+and limits default per scenario (:mod:`constrained_grpo.envs.highway.options`) and are
+constructor keywords, e.g. ``make_env("Highway/Highway-v0", speed_limit=25.0,
+limits={"collision": 0.05})``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from constrained_grpo.envs.highway.options import SCENARIOS, HighwayOptions
+from constrained_grpo.envs.registration import TaskInfo
+
+__all__ = ["HIGHWAY_TASKS"]
+
+_ENV = "constrained_grpo.envs.highway.env:HighwayTaskEnv"
+_VEC = "constrained_grpo.envs.highway.vector:HighwayVectorEnv"
+
+
+def _task(name: str, scenario: str, action_mode: str, **kwargs: Any) -> TaskInfo:
+    options = HighwayOptions(scenario=scenario, action_mode=action_mode, **kwargs)
+    actions = "meta-actions" if action_mode == "discrete" else "continuous throttle/steering"
+    description = (
+        f"{SCENARIOS[scenario].summary}; {actions}; costs {', '.join(options.cost_names)} "
+        f"(speed limit {options.speed_limit:g} m/s)"
+    )
+    return TaskInfo(
+        f"Highway/{name}-v0",
+        "highway",
+        _ENV,
+        {"scenario": scenario, "action_mode": action_mode, **kwargs},
+        description,
+        _VEC,
+    )
+
+
+#: The highway-driving tasks: four scenarios, each with discrete and continuous actions.
+HIGHWAY_TASKS: tuple[TaskInfo, ...] = (
+    _task("Highway", "highway", "discrete"),
+    _task("HighwayContinuous", "highway", "continuous"),
+    _task("Merge", "merge", "discrete"),
+    _task("MergeContinuous", "merge", "continuous"),
+    _task("Roundabout", "roundabout", "discrete"),
+    _task("RoundaboutContinuous", "roundabout", "continuous"),
+    _task("Intersection", "intersection", "discrete"),
+    _task("IntersectionContinuous", "intersection", "continuous"),
+)

@@ -1,0 +1,53 @@
+"""The math task table. Per-task defaults (source, difficulty, length budget) live here.
+
+Light at import: nothing but the table. Limits are violation rates (indicator costs):
+``length`` 0.1, ``format`` 0.1, ``banned`` 0.05 unless a row says otherwise; override
+them with ``gymnasium.make(id, limits={"length": 0.2})``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from constrained_grpo.envs.registration import TaskInfo
+
+__all__ = ["BUILTIN_MATH_TASKS", "MATH_TASKS", "REASONING_GYM_TASKS"]
+
+_MATH = "constrained_grpo.envs.math.env:MathEnv"
+
+
+def _math(name: str, description: str, **kwargs: Any) -> TaskInfo:
+    return TaskInfo(f"Math/{name}-v0", "math", _MATH, kwargs, description)
+
+
+#: Tasks on the built-in generators and the JSONL loader: no extra dependency.
+BUILTIN_MATH_TASKS: tuple[TaskInfo, ...] = (
+    _math(
+        "ChainSum",
+        "sums of 2-3 one-digit terms; K=3 (length > 40 chars, format, banned): the CPU acceptance task",
+        source="chainsum", difficulty=1, max_tokens=40,
+    ),
+    _math("ChainSumHard", "sums and differences of 2-4 terms of up to two digits; budget 64", source="chainsum", difficulty=2, max_tokens=64),
+    _math("Arithmetic", "two operations among + - * with explicit brackets; budget 48", source="arithmetic", difficulty=2, max_tokens=48),
+    _math(
+        "WordProblems",
+        "GSM8K-style JSONL (path=...; default: a built-in sample of 12 word problems); budget 300",
+        source="jsonl", max_tokens=300,
+    ),
+)
+
+#: Tasks on reasoning-gym datasets (extra ``[math]``).
+REASONING_GYM_TASKS: tuple[TaskInfo, ...] = (
+    _math("RGBasicArithmetic", "reasoning-gym basic_arithmetic, level 1", source="rg:basic_arithmetic", difficulty=1, max_tokens=64),
+    _math("RGChainSum", "reasoning-gym chain_sum, level 1", source="rg:chain_sum", difficulty=1, max_tokens=64),
+    _math("RGFractions", "reasoning-gym fraction_simplification, lowest terms required", source="rg:fraction_simplification", difficulty=1, max_tokens=64),
+    _math("RGGSMSymbolic", "reasoning-gym gsm_symbolic word problems; budget 400", source="rg:gsm_symbolic", difficulty=1, max_tokens=400),
+)
+
+#: The registered math tasks. The ``Math/RG*`` ids are registered only where reasoning-gym
+#: is installed (checked without importing it), so that every registered id can be made
+#: and passes ``check_env`` on a base install.
+MATH_TASKS: tuple[TaskInfo, ...] = BUILTIN_MATH_TASKS + (
+    REASONING_GYM_TASKS if importlib.util.find_spec("reasoning_gym") is not None else ()
+)

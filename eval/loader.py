@@ -1,0 +1,474 @@
+"""Loading run directories into the long table, and validating long tables.
+
+The long table (docs/architecture.md, Contract 3) has one row per training iteration
+(``kind == "train"``) and one per evaluation episode (``kind == "eval"``):
+
+==============  =======  ==================================================================
+column          type     meaning
+==============  =======  ==================================================================
+suite           str      task family (``gridworld``, ...): the stratum of cross-task statistics
+task            str      task id
+algo            str      algorithm name
+seed            int      run seed
+kind            str      ``train`` or ``eval``
+iteration       int      training iteration (train) or evaluation episode index (eval), from 0
+env_steps       int      env steps so far (train); the run's final env steps (eval)
+wall_s          float    seconds since training started (train); empty for eval rows
+return          float    mean episodic return of the iteration (train; empty if the iteration
+                         finished no episode); the episode's return (eval, always filled)
+length          float    episode length (eval); empty for train rows
+cost_<name>     float    mean episodic cost of constraint <name> (train; empty like return);
+                         the episode's (eval, always filled)
+lambda_<name>   float    multiplier of <name> after the iteration (train); the final one (eval);
+                         empty throughout a run of an unconstrained algorithm
+eff_w_<comp>    float    optional: effective weight of component <comp> (reward or a constraint)
+==============  =======  ==================================================================
+
+Columns of constraints that a row's task does not have are empty. Everything else an
+agent logs (losses, ...) stays in ``progress.csv`` (``load_results(extra_columns=True)``
+keeps it). The same schema is the submission format (docs/leaderboard_schema.md).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from constrained_grpo.eval import storage
+from constrained_grpo.eval.runner import CONFIG_SCHEMA, TaskMeta, task_meta
+
+__all__ = [
+    "CORE_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "Results",
+    "ResultsError",
+    "find_runs",
+    "load_results",
+    "load_run",
+    "read_table_csv",
+    "validate_table",
+]
+
+#: Fixed leading columns of the long table, in order.
+CORE_COLUMNS: tuple[str, ...] = (
+    "suite", "task", "algo", "seed", "kind", "iteration", "env_steps", "wall_s", "return", "length",
+)
+#: Columns every long table must have (plus ``cost_<name>`` of each task's constraints).
+REQUIRED_COLUMNS: tuple[str, ...] = ("suite", "task", "algo", "seed", "kind", "iteration", "env_steps", "return")
+_STR_COLUMNS = ("suite", "task", "algo", "kind")
+_INT_COLUMNS = ("seed", "iteration", "env_steps")
+_PATTERN_COLUMN = re.compile(r"^(cost|lambda|eff_w)_[A-Za-z0-9_]+$")
+_KINDS = ("train", "eval")
+
+
+class ResultsError(ValueError):
+    """Results on disk or a long table are malformed; the message names the file and column."""
+
+
+@dataclass(frozen=True)
+class Results:
+    """A loaded set of runs.
+
+    Attributes:
+        table: the long table (module docstring), rows sorted by suite, task, algo, seed,
+            kind, iteration.
+        tasks: the metadata (constraints, optimum) of every task in ``table``.
+        incomplete: run directories without a completion marker (only when allowed).
+        failed: run directories whose last attempt failed, with the first line of the error.
+    """
+
+    table: pd.DataFrame
+    tasks: dict[str, TaskMeta]
+    incomplete: tuple[Path, ...] = ()
+    failed: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def algos(self) -> list[str]:
+        return sorted(self.table["algo"].unique())
+
+
+def find_runs(root: str | Path) -> list[Path]:
+    """Run directories (those holding ``config.json``) under ``root``, sorted; hidden folders skipped."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ResultsError(f"results directory {root} does not exist; run `cgrpo bench --out {root}` first")
+    runs: list[Path] = []
+    # Shallowest first, so that files inside a run (an agent's own config.json) are skipped.
+    for config in sorted(root.rglob(storage.CONFIG_FILE), key=lambda p: (len(p.parts), str(p))):
+        rel = config.relative_to(root).parts
+        if any(p.startswith(".") for p in rel):
+            continue
+        if any(run in config.parents for run in runs):
+            continue
+        runs.append(config.parent)
+    return sorted(runs)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    try:
+        return pd.read_csv(path, keep_default_na=True)
+    except FileNotFoundError:
+        raise ResultsError(f"{path} is missing, but the run is marked complete; delete {path.parent} and rerun it") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ResultsError(f"{path} is not a readable CSV ({err}); delete {path.parent} and rerun it") from None
+
+
+def _check_numeric(df: pd.DataFrame, columns: Iterable[str], where: str, *, allow_nan: bool = False) -> None:
+    """Each column must be numbers (and, unless ``allow_nan``, no empty cells or NaN)."""
+    for col in columns:
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad_type = values.isna() & df[col].notna()
+        if bad_type.any():
+            i = int(np.flatnonzero(bad_type.to_numpy())[0])
+            raise ResultsError(
+                f"{where}: column {col!r} must hold numbers; row {i} has {df[col].iloc[i]!r}"
+            )
+        if not allow_nan and values.isna().any():
+            rows = np.flatnonzero(values.isna().to_numpy())[:5].tolist()
+            raise ResultsError(f"{where}: column {col!r} has empty or NaN cells at row(s) {rows}")
+        if np.isinf(values.to_numpy(dtype=float)).any():
+            rows = np.flatnonzero(np.isinf(values.to_numpy(dtype=float)))[:5].tolist()
+            raise ResultsError(f"{where}: column {col!r} has infinite values at row(s) {rows}")
+        df[col] = values
+
+
+def _check_integral(df: pd.DataFrame, columns: Iterable[str], where: str) -> None:
+    for col in columns:
+        values = df[col].to_numpy(dtype=float)
+        bad = (values != np.round(values)) | (values < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ResultsError(f"{where}: column {col!r} must hold integers >= 0; row {i} has {values[i]!r}")
+        df[col] = values.astype(np.int64)
+
+
+def _known_algos() -> set[str]:
+    from constrained_grpo.registry import list_agents
+
+    return set(list_agents())
+
+
+def _check_algo(name: Any, where: str, known: Collection[str] | None) -> str:
+    if not isinstance(name, str) or not name:
+        raise ResultsError(f"{where}: algorithm name must be a non-empty string, got {name!r}")
+    if known is None:
+        return name
+    if name in known:
+        return name
+    if ":" in name:  # a dotted path is an algorithm if it imports
+        from constrained_grpo.registry import load_entry_point
+
+        try:
+            load_entry_point(name)
+            return name
+        except (ImportError, ValueError) as err:
+            raise ResultsError(f"{where}: algorithm {name!r} cannot be imported ({err})") from None
+    raise ResultsError(
+        f"{where}: unknown algorithm {name!r}; registered: {sorted(known)}. Register it "
+        "(constrained_grpo.register_agent) before loading, or remove the run"
+    )
+
+
+def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, extra_columns: bool = False) -> tuple[pd.DataFrame, TaskMeta]:
+    """One complete run directory as long-table rows, and its task's metadata.
+
+    Checks ``config.json`` (schema, algorithm), the CSVs' required columns, types, NaN,
+    row counts against ``done.json``; raises :class:`ResultsError` naming the file and column.
+    """
+    path = Path(path)
+    where_cfg = str(path / storage.CONFIG_FILE)
+    try:
+        config = storage.read_json(path / storage.CONFIG_FILE)
+        done = storage.read_json(path / storage.DONE_FILE)
+    except ValueError as err:
+        raise ResultsError(str(err)) from None
+    except FileNotFoundError as err:
+        raise ResultsError(f"{err.filename} is missing; the run is not complete, rerun the sweep to finish it") from None
+    if not isinstance(config, dict) or config.get("schema") != CONFIG_SCHEMA:
+        raise ResultsError(
+            f"{where_cfg}: schema {config.get('schema') if isinstance(config, dict) else None!r} is not "
+            f"{CONFIG_SCHEMA}; it was written by another version of constrained-grpo"
+        )
+    try:
+        run = config["run"]
+        meta = TaskMeta.from_dict(config["task"])
+        algo = _check_algo(run["algo"], where_cfg, known_algos)
+        seed = int(run["seed"])
+    except (KeyError, TypeError, ValueError) as err:
+        if isinstance(err, ResultsError):
+            raise
+        raise ResultsError(f"{where_cfg}: malformed ({type(err).__name__}: {err}); delete the run and rerun it") from None
+    names = meta.constraint_names
+
+    progress_path = path / storage.PROGRESS_FILE
+    progress = _read_csv(progress_path)
+    required = ["iteration", "env_steps", "wall_s", "return", *[f"cost_{n}" for n in names]]
+    missing = [c for c in required if c not in progress.columns]
+    if missing:
+        raise ResultsError(f"{progress_path}: missing column(s) {missing}; it has {list(progress.columns)}")
+    lambdas = [f"lambda_{n}" for n in names]
+    present = [c for c in lambdas if c in progress.columns]
+    if present and len(present) != len(lambdas):
+        raise ResultsError(
+            f"{progress_path}: has {present} but not {sorted(set(lambdas) - set(present))}; "
+            "an agent logs one multiplier per constraint or none"
+        )
+    eff = sorted(c for c in progress.columns if c.startswith("eff_w_"))
+    measured = ["return", *[f"cost_{n}" for n in names]]
+    _check_numeric(progress, ["iteration", "env_steps", "wall_s", *present], str(progress_path))
+    # An iteration that finished no episode has no return or cost to report (an empty cell).
+    _check_numeric(progress, measured + eff, str(progress_path), allow_nan=True)
+    for col in measured:
+        if progress[col].isna().all():
+            raise ResultsError(f"{progress_path}: column {col!r} is empty in every row; no iteration finished an episode")
+    _check_integral(progress, ["iteration", "env_steps"], str(progress_path))
+    if len(progress) != done.get("progress_rows"):
+        raise ResultsError(
+            f"{progress_path}: has {len(progress)} rows but {path / storage.DONE_FILE} records "
+            f"{done.get('progress_rows')}; the file was changed after the run finished"
+        )
+    if not np.array_equal(progress["iteration"].to_numpy(), np.arange(len(progress))):
+        raise ResultsError(f"{progress_path}: column 'iteration' must be 0, 1, ..., {len(progress) - 1}")
+    if (np.diff(progress["env_steps"].to_numpy()) < 0).any():
+        raise ResultsError(f"{progress_path}: column 'env_steps' must be non-decreasing (cumulative env steps)")
+
+    eval_path = path / storage.EVAL_FILE
+    evals = _read_csv(eval_path)
+    required_eval = ["episode", "return", "length", *[f"cost_{n}" for n in names]]
+    missing = [c for c in required_eval if c not in evals.columns]
+    if missing:
+        raise ResultsError(f"{eval_path}: missing column(s) {missing}; it has {list(evals.columns)}")
+    _check_numeric(evals, required_eval, str(eval_path))
+    if len(evals) != done.get("eval_rows") or len(evals) == 0:
+        raise ResultsError(
+            f"{eval_path}: has {len(evals)} rows but {path / storage.DONE_FILE} records {done.get('eval_rows')}"
+        )
+
+    ident = {"suite": meta.suite, "task": meta.task, "algo": algo, "seed": seed}
+    keep = required + present + eff
+    if extra_columns:
+        keep += [c for c in progress.columns if c not in keep and pd.api.types.is_numeric_dtype(progress[c])]
+    train = progress[keep].assign(kind="train", **ident)
+    final = progress.iloc[-1]
+    evalrows = pd.DataFrame(
+        {
+            "iteration": evals["episode"].astype(np.int64).to_numpy(),
+            "env_steps": int(final["env_steps"]),
+            "return": evals["return"].to_numpy(dtype=float),
+            "length": evals["length"].to_numpy(dtype=float),
+            **{f"cost_{n}": evals[f"cost_{n}"].to_numpy(dtype=float) for n in names},
+            **{c: float(final[c]) for c in present},
+        }
+    ).assign(kind="eval", **ident)
+    return pd.concat([train, evalrows], ignore_index=True), meta
+
+
+def _order_columns(columns: Iterable[str]) -> list[str]:
+    cols = list(columns)
+    head = [c for c in CORE_COLUMNS if c in cols]
+    groups = [sorted(c for c in cols if c.startswith(p)) for p in ("cost_", "lambda_", "eff_w_")]
+    seen = set(head).union(*groups)
+    rest = sorted(c for c in cols if c not in seen)
+    return head + [c for g in groups for c in g] + rest
+
+
+def _finish(table: pd.DataFrame) -> pd.DataFrame:
+    """Column order, dtypes and row order that make the table deterministic."""
+    for col in CORE_COLUMNS:
+        if col not in table.columns:
+            table[col] = np.nan
+    table = table[_order_columns(table.columns)]
+    for col in _INT_COLUMNS:
+        table[col] = table[col].astype(np.int64)
+    for col in table.columns:
+        if col not in _STR_COLUMNS and col not in _INT_COLUMNS:
+            table[col] = table[col].astype(np.float64)
+    kind_order = table["kind"].map({"train": 0, "eval": 1})
+    table = (
+        table.assign(_k=kind_order)
+        .sort_values(["suite", "task", "algo", "seed", "_k", "iteration"], kind="mergesort")
+        .drop(columns="_k")
+        .reset_index(drop=True)
+    )
+    return table
+
+
+def load_results(
+    root: str | Path,
+    *,
+    allow_incomplete: bool = False,
+    extra_columns: bool = False,
+    known_algos: Collection[str] | None = None,
+) -> Results:
+    """Every run under ``root`` as one long table.
+
+    A run without ``done.json`` is incomplete: an error (naming the runs and how to
+    finish them) unless ``allow_incomplete``, in which case it is listed in
+    ``Results.incomplete``. ``known_algos`` defaults to the registry's names.
+    """
+    runs = find_runs(root)
+    if not runs:
+        raise ResultsError(f"no run directories (with {storage.CONFIG_FILE}) under {root}")
+    known = _known_algos() if known_algos is None else set(known_algos)
+    frames: list[pd.DataFrame] = []
+    tasks: dict[str, TaskMeta] = {}
+    incomplete: list[Path] = []
+    failed: dict[str, str] = {}
+    for path in runs:
+        if not storage.is_complete(path):
+            incomplete.append(path)
+            err = path / storage.ERROR_FILE
+            if err.is_file():
+                lines = [ln for ln in err.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+                failed[str(path)] = lines[-1] if lines else "failed"
+            continue
+        frame, meta = load_run(path, known_algos=known, extra_columns=extra_columns)
+        old = tasks.setdefault(meta.task, meta)
+        if old != meta:
+            raise ResultsError(
+                f"{path / storage.CONFIG_FILE}: task {meta.task} has constraints/optimum {meta.to_dict()} but "
+                f"other runs under {root} have {old.to_dict()}; keep runs with different limits in separate directories"
+            )
+        frames.append(frame)
+    if incomplete and not allow_incomplete:
+        listed = "\n  ".join(str(p) + (f"  (failed: {failed[str(p)]})" if str(p) in failed else "") for p in incomplete)
+        raise ResultsError(
+            f"{len(incomplete)} run(s) under {root} are not complete (no {storage.DONE_FILE}):\n  {listed}\n"
+            "finish them by rerunning the same `cgrpo bench` command (it resumes), or pass --allow-incomplete"
+        )
+    if not frames:
+        raise ResultsError(f"no complete run under {root}")
+    table = _finish(pd.concat(frames, ignore_index=True))
+    validate_table(table, tasks, source=str(root))
+    return Results(table, tasks, tuple(incomplete), failed)
+
+
+def read_table_csv(path: str | Path) -> pd.DataFrame:
+    """Read a long table (or a submission) from CSV, keeping every column."""
+    path = Path(path)
+    try:
+        return pd.read_csv(path, dtype={c: str for c in _STR_COLUMNS}, keep_default_na=True)
+    except FileNotFoundError:
+        raise ResultsError(f"{path} does not exist") from None
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise ResultsError(f"{path} is not a readable CSV ({err})") from None
+
+
+def validate_table(
+    table: pd.DataFrame,
+    tasks: Mapping[str, TaskMeta] | None = None,
+    *,
+    source: str = "table",
+    known_algos: Collection[str] | None = None,
+) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
+    """Check a long table against the schema (module docstring); return it normalised.
+
+    ``tasks`` gives the constraints of each task; tasks missing from it must be
+    registered (their metadata, with the exact optimum, is then computed). Raises
+    :class:`ResultsError` with the reason: a missing or unknown column, a wrong type, an
+    empty cell or NaN where a value is required, an unknown task or algorithm, a run
+    without train or eval rows, duplicated or decreasing iterations.
+    """
+    df = table.copy()
+    missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
+    if missing:
+        raise ResultsError(f"{source}: missing column(s) {missing}; required: {list(REQUIRED_COLUMNS)} plus cost_<name> per constraint")
+    unknown = [c for c in df.columns if c not in CORE_COLUMNS and not _PATTERN_COLUMN.match(str(c))]
+    if unknown:
+        raise ResultsError(
+            f"{source}: unknown column(s) {unknown}; allowed: {list(CORE_COLUMNS)} and cost_<name>, "
+            "lambda_<name>, eff_w_<component> (docs/leaderboard_schema.md)"
+        )
+    if df.empty:
+        raise ResultsError(f"{source}: the table has no rows")
+    for col in _STR_COLUMNS:
+        bad = ~df[col].map(lambda v: isinstance(v, str) and v != "")
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ResultsError(f"{source}: column {col!r} must hold non-empty strings; row {i} has {df[col].iloc[i]!r}")
+    bad_kind = ~df["kind"].isin(_KINDS)
+    if bad_kind.any():
+        i = int(np.flatnonzero(bad_kind.to_numpy())[0])
+        raise ResultsError(f"{source}: column 'kind' must be 'train' or 'eval'; row {i} has {df['kind'].iloc[i]!r}")
+    if known_algos is not None:
+        for name in sorted(df["algo"].unique()):
+            _check_algo(name, source, known_algos)
+    numeric = [c for c in df.columns if c not in _STR_COLUMNS]
+    _check_numeric(df, ["seed", "iteration", "env_steps"], source)
+    _check_numeric(df, [c for c in numeric if c not in _INT_COLUMNS], source, allow_nan=True)
+    _check_integral(df, list(_INT_COLUMNS), source)
+    is_eval = (df["kind"] == "eval").to_numpy()
+    nan_eval = is_eval & df["return"].isna().to_numpy()
+    if nan_eval.any():
+        rows = np.flatnonzero(nan_eval)[:5].tolist()
+        raise ResultsError(f"{source}: column 'return' has empty or NaN cells in eval rows {rows}")
+
+    metas: dict[str, TaskMeta] = dict(tasks or {})
+    for task in sorted(df["task"].unique()):
+        if task not in metas:
+            try:
+                metas[task] = task_meta(task)
+            except Exception as err:
+                from constrained_grpo.envs import list_tasks
+
+                raise ResultsError(
+                    f"{source}: unknown task {task!r} ({type(err).__name__}); registered tasks: {list_tasks()}"
+                ) from None
+    suites = df.groupby("task")["suite"].unique()
+    for task, values in suites.items():
+        if len(values) != 1:
+            raise ResultsError(f"{source}: task {task!r} appears with several suites {sorted(values)}; use one")
+
+    cost_cols = [c for c in df.columns if c.startswith("cost_")]
+    lambda_cols = [c for c in df.columns if c.startswith("lambda_")]
+    all_names = {n for m in metas.values() for n in m.constraint_names}
+    stray = [c for c in cost_cols + lambda_cols if c.split("_", 1)[1] not in all_names]
+    if stray:
+        raise ResultsError(f"{source}: column(s) {stray} name no constraint of the tasks in the table")
+    for (task, algo, seed), group in df.groupby(["task", "algo", "seed"], sort=True):
+        where = f"{source}: run task={task} algo={algo} seed={seed}"
+        names = metas[task].constraint_names
+        need = [f"cost_{n}" for n in names]
+        absent = [c for c in need if c not in df.columns]
+        if absent:
+            raise ResultsError(f"{where}: missing column(s) {absent} (the task's constraints are {names})")
+        ev = group["kind"] == "eval"
+        for col in need:
+            if group.loc[ev, col].isna().any():
+                rows = group.index[ev & group[col].isna()][:5].tolist()
+                raise ResultsError(f"{where}: column {col!r} has empty or NaN cells in eval row(s) {rows}")
+        for col in ["return", *need]:
+            if group.loc[~ev, col].isna().all():
+                raise ResultsError(f"{where}: column {col!r} is empty in every train row")
+        for col in cost_cols + lambda_cols:
+            if col.split("_", 1)[1] not in names and group[col].notna().any():
+                raise ResultsError(f"{where}: column {col!r} has values, but the task has no such constraint ({names})")
+        lam = [f"lambda_{n}" for n in names if f"lambda_{n}" in df.columns]
+        if lam:
+            filled = group[lam].notna().to_numpy()
+            if filled.any() and not filled.all():
+                raise ResultsError(
+                    f"{where}: columns {lam} must be all filled (a constrained algorithm) or all empty "
+                    "(an unconstrained one); some cells are empty"
+                )
+        kinds = set(group["kind"])
+        if kinds != set(_KINDS):
+            raise ResultsError(f"{where}: has only {sorted(kinds)} rows; a run needs train rows and eval rows")
+        for kind in _KINDS:
+            rows = group[group["kind"] == kind]
+            if rows["iteration"].duplicated().any():
+                dup = rows["iteration"][rows["iteration"].duplicated()].iloc[0]
+                raise ResultsError(f"{where}: {kind} iteration {dup} appears twice")
+        train = group[group["kind"] == "train"].sort_values("iteration")
+        if (np.diff(train["env_steps"].to_numpy()) < 0).any():
+            raise ResultsError(f"{where}: env_steps decrease along the train iterations; they must be cumulative")
+    if not math.isfinite(float(df["return"].abs().max())):
+        raise ResultsError(f"{source}: column 'return' has infinite values")
+    return _finish(df), metas

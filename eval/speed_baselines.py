@@ -1,0 +1,98 @@
+"""Speed of the SB3 baselines: env steps per second of ``ppo-lag`` training next to plain
+stable-baselines3 ``PPO`` with the same hyperparameters on the same task, in one run.
+
+Writes ``<out_dir>/baselines.csv``: one row per (algorithm, round) plus a ``median`` row
+per algorithm, with env steps per second of wall-clock time and of this process's CPU
+time, and ``overhead_vs_sb3`` = 1 - (CPU steps/s of the algorithm) / (CPU steps/s of
+plain SB3 PPO) on the medians. CPU time (torch on one thread) is what the cost machinery
+adds; wall-clock time on a shared machine also counts other processes' load. The
+algorithms run in interleaved rounds so that such load hits them alike. Run alone with
+``python -m constrained_grpo.eval.speed --only baselines``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch as th
+from stable_baselines3 import PPO
+from stable_baselines3.common.monitor import Monitor
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from constrained_grpo.baselines.agent import sb3_ppo_kwargs
+from constrained_grpo.baselines.config import PPOConfig
+from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.registry import make_agent
+from constrained_grpo.tasks import make_env
+
+__all__ = ["run"]
+
+TASK = "Grid/HazardFuel-v0"
+ALGOS: tuple[str, ...] = ("sb3-ppo", "ppo", "ppo-lag")
+
+
+def _sb3_ppo_learner(task: str, seed: int) -> Callable[[int], Any]:
+    """Plain SB3 PPO on Monitor-wrapped copies of the task, with PPOConfig's settings."""
+    config = PPOConfig()
+    env = DummyVecEnv([lambda: Monitor(make_env(task))] * config.n_envs)
+    model = PPO("MlpPolicy", env, **sb3_ppo_kwargs(config, seed))
+    return lambda steps: model.learn(steps, reset_num_timesteps=False)
+
+
+def _agent_learner(name: str, task: str, seed: int) -> Callable[[int], Any]:
+    agent = make_agent(name, task, seed=seed)
+    return lambda steps: agent.learn(steps)
+
+
+def run(out_dir: Path, task: str = TASK, rounds: int = 5, rollouts: int = 4, seed: int = 0) -> list[Path]:
+    """Time ``rollouts`` rollouts of each algorithm in ``rounds`` interleaved rounds."""
+    steps = rollouts * PPOConfig().rollout_steps
+    th.set_num_threads(PPOConfig().torch_threads)  # the agents' setting, for plain SB3 too
+    learners = {
+        algo: _sb3_ppo_learner(task, seed) if algo == "sb3-ppo" else _agent_learner(algo, task, seed)
+        for algo in ALGOS
+    }
+    for learn in learners.values():  # warm-up: first reset, first allocations
+        learn(PPOConfig().rollout_steps)
+    rows: list[dict[str, Any]] = []
+    speeds: dict[str, list[float]] = {algo: [] for algo in ALGOS}
+    walls: dict[str, list[float]] = {algo: [] for algo in ALGOS}
+    for r in range(rounds):
+        for algo, learn in learners.items():
+            start, start_cpu = time.perf_counter(), time.process_time()
+            learn(steps)
+            wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+            speeds[algo].append(steps / cpu)
+            walls[algo].append(steps / wall)
+            rows.append({"task": task, "algo": algo, "round": r, "env_steps": steps, "wall_s": round(wall, 3),
+                         "cpu_s": round(cpu, 3), "env_steps_per_s": round(steps / wall, 1),
+                         "env_steps_per_cpu_s": round(steps / cpu, 1)})
+    base = statistics.median(speeds["sb3-ppo"])
+    for algo in ALGOS:
+        med, med_wall = statistics.median(speeds[algo]), statistics.median(walls[algo])
+        rows.append({"task": task, "algo": algo, "round": "median", "env_steps": steps * rounds,
+                     "env_steps_per_s": round(med_wall, 1), "env_steps_per_cpu_s": round(med, 1),
+                     "overhead_vs_sb3": round(1.0 - med / base, 4)})
+        print(f"[baselines] {algo:8s} {med:8.1f} env steps per CPU s ({med_wall:7.1f} per wall s)  "
+              f"overhead vs SB3 PPO {1.0 - med / base:+.1%}", flush=True)
+    return [write_rows(Path(out_dir) / "baselines.csv", rows)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed_baselines", description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path("results/bench"))
+    parser.add_argument("--task", default=TASK)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rollouts", type=int, default=4)
+    args = parser.parse_args(argv)
+    run(args.out, task=args.task, rounds=args.rounds, rollouts=args.rollouts)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

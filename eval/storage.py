@@ -1,0 +1,337 @@
+"""Run directories on disk (docs/architecture.md, Contract 3).
+
+One run (task x algorithm x seed) owns ``OUT/<task>/<algo>/seed_<n>/``::
+
+    config.json    everything needed to rerun it (written first)
+    running.json   pid and attempt of the process running it (removed when done)
+    progress.csv   one row per ``learn`` log record, rewritten whole while training
+    eval.csv       one row per evaluation episode
+    agent/         ``agent.save(path)``
+    error.txt      traceback of the last failed attempt (removed when done)
+    done.json      completion marker, written last, with the row counts of the CSVs
+
+Every file is written to a hidden temporary name beside it and moved into place with
+``os.replace``, which is atomic on POSIX: a reader (or a SIGKILL) sees the old file or
+the new one, never half of one. A run counts as complete only once ``done.json``
+exists, and the loader checks the CSVs' row counts against it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import io
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from constrained_grpo.registry import validate_log_record
+
+__all__ = [
+    "CONFIG_FILE",
+    "DONE_FILE",
+    "ERROR_FILE",
+    "EVAL_FILE",
+    "PROGRESS_FILE",
+    "RUNNING_FILE",
+    "AGENT_DIR",
+    "ProgressLog",
+    "RunBusyError",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "clear_run_dir",
+    "csv_bytes",
+    "flatten_record",
+    "is_complete",
+    "read_json",
+    "run_dir",
+    "run_lock",
+    "safe_name",
+]
+
+CONFIG_FILE = "config.json"
+PROGRESS_FILE = "progress.csv"
+EVAL_FILE = "eval.csv"
+DONE_FILE = "done.json"
+ERROR_FILE = "error.txt"
+RUNNING_FILE = "running.json"
+AGENT_DIR = "agent"
+LOCK_FILE = ".lock"
+
+#: Log keys renamed to the long table's column prefixes.
+_PREFIX = {"ep_return": "return", "ep_cost": "cost", "multipliers": "lambda"}
+#: Log keys an agent may use for the effective weights of the GRPO aggregators.
+_EFF_W_KEYS = ("eff_w", "eff_weights", "effective_weights", "effective_weight", "eff_weight")
+
+
+class RunBusyError(RuntimeError):
+    """Another live process holds the run directory's lock."""
+
+
+def safe_name(part: str) -> str:
+    """A path component for ``part``: characters outside ``[A-Za-z0-9._-]`` become ``_``.
+
+    >>> safe_name("mypkg.agents:make")
+    'mypkg.agents_make'
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", part)
+    return "_" + name if name.startswith(".") or not name else name
+
+
+def run_dir(out: str | Path, task: str, algo: str, seed: int) -> Path:
+    """``out/<task>/<algo>/seed_<seed>``; a namespaced task id ``Grid/X-v0`` gives two levels."""
+    parts = [safe_name(p) for p in task.split("/") if p]
+    return Path(out).joinpath(*parts, safe_name(algo), f"seed_{int(seed)}")
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write ``data`` to ``path`` through a hidden temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        if fsync:
+            # SIGKILL keeps the page cache; fsync guards the final files against power loss too.
+            fh.flush()
+            os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
+    """``atomic_write_bytes`` for UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return repr(obj)
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented, key-sorted JSON (so equal objects give equal bytes)."""
+    text = json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n"
+    atomic_write_text(path, text)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file; raise ``ValueError`` naming the file when it is not JSON."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); delete the run directory and rerun it") from None
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell: floats by ``repr`` (round-trips exactly), NaN and None as empty."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else repr(value)
+    return value
+
+
+def csv_bytes(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> bytes:
+    """Rows as CSV with the given header; a missing key is an empty cell."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(c)) for c in columns])
+    return buf.getvalue().encode("utf-8")
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if value is None or isinstance(value, str):
+        return value
+    item = getattr(value, "item", None)  # 0-d numpy arrays and torch tensors
+    if callable(item):
+        try:
+            return _scalar(item())
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    return str(value)
+
+
+def _sequence_names(n: int, constraint_names: Sequence[str]) -> list[str]:
+    """Column suffixes for a logged vector of length ``n``.
+
+    K entries name the constraints; K + 1 entries are (reward, constraints...), the
+    component order of the GRPO arrays (docs/architecture.md); anything else is numbered.
+    """
+    k = len(constraint_names)
+    if n == k:
+        return list(constraint_names)
+    if n == k + 1:
+        return ["reward", *constraint_names]
+    return [str(i) for i in range(n)]
+
+
+def flatten_record(record: Mapping[str, Any], constraint_names: Sequence[str]) -> dict[str, Any]:
+    """One ``learn`` log record as flat CSV cells.
+
+    ``ep_return`` becomes ``return``; the vectors ``ep_cost`` and ``multipliers`` become
+    ``cost_<name>`` and ``lambda_<name>``; an effective-weight vector (``eff_w`` or
+    ``effective_weights``, K+1 entries: reward then costs) becomes ``eff_w_<component>``;
+    any other vector ``x`` becomes ``x_<name>`` (or ``x_<i>``) and a mapping ``x``
+    becomes ``x_<key>``. Scalars are kept; booleans become 0/1.
+
+    >>> flatten_record({"env_steps": 8, "wall_s": 0.5, "ep_return": 1.0, "ep_cost": [0.0, 3.0],
+    ...                 "multipliers": [], "loss": 0.25}, ["hazard", "fuel"])
+    {'env_steps': 8, 'wall_s': 0.5, 'return': 1.0, 'cost_hazard': 0.0, 'cost_fuel': 3.0, 'loss': 0.25}
+    """
+    flat: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        if isinstance(value, Mapping):
+            for sub, v in value.items():
+                put(f"{key}_{sub}", v)
+            return
+        if hasattr(value, "tolist") and np.ndim(value) > 0:
+            value = np.asarray(value).tolist()
+        if isinstance(value, (list, tuple)):
+            if any(isinstance(v, (list, tuple, Mapping)) for v in value):
+                flat[key] = json.dumps(value, default=_json_default)
+                return
+            for suffix, v in zip(_sequence_names(len(value), constraint_names), value):
+                flat[f"{key}_{suffix}"] = _scalar(v)
+            return
+        flat[key] = _scalar(value)
+
+    for key, value in record.items():
+        name = "eff_w" if key in _EFF_W_KEYS else _PREFIX.get(key, key)
+        put(name, value)
+    return flat
+
+
+class ProgressLog:
+    """The ``log`` callback handed to ``agent.learn``: validates, flattens and stores records.
+
+    Every record is checked against Contract 2 (``validate_log_record``) and numbered
+    (``iteration`` 0, 1, ...; an agent's own counter is kept as ``agent_iteration``).
+    The whole ``progress.csv`` is rewritten atomically at most every ``flush_every_s``
+    seconds (default: env ``CGRPO_PROGRESS_FLUSH_S``, else 2) and on ``close()``, so the
+    file on disk is always a complete table of the first n iterations.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        constraint_names: Sequence[str],
+        *,
+        flush_every_s: float | None = None,
+        on_record: Callable[[Mapping[str, Any]], None] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.constraint_names = list(constraint_names)
+        if flush_every_s is None:
+            flush_every_s = float(os.environ.get("CGRPO_PROGRESS_FLUSH_S", "2.0"))
+        self.flush_every_s = flush_every_s
+        self.on_record = on_record
+        self.rows: list[dict[str, Any]] = []
+        self._columns: list[str] = []
+        self._last_flush = time.monotonic()
+
+    def __call__(self, record: Mapping[str, Any]) -> None:
+        validate_log_record(record, len(self.constraint_names))
+        flat = flatten_record(record, self.constraint_names)
+        if "iteration" in flat:
+            # Agents count from 0 or from 1; the table numbers rows itself and keeps theirs aside.
+            flat["agent_iteration"] = flat.pop("iteration")
+        row = {"iteration": len(self.rows), **flat}
+        for key in row:
+            if key not in self._columns:
+                self._columns.append(key)
+        self.rows.append(row)
+        if self.on_record is not None:
+            self.on_record(row)
+        if time.monotonic() - self._last_flush >= self.flush_every_s:
+            self.flush(fsync=False)
+
+    @property
+    def columns(self) -> list[str]:
+        """Header: iteration, env_steps, wall_s, return, cost_*, lambda_*, then the rest in first-seen order."""
+        first = ["iteration", "env_steps", "wall_s", "return"]
+        first += [f"cost_{n}" for n in self.constraint_names] + [f"lambda_{n}" for n in self.constraint_names]
+        head = [c for c in first if c in self._columns]
+        return head + [c for c in self._columns if c not in head]
+
+    def flush(self, *, fsync: bool = True) -> None:
+        """Rewrite ``progress.csv`` with every record so far."""
+        atomic_write_bytes(self.path, csv_bytes(self.rows, self.columns), fsync=fsync)
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        """Final rewrite of ``progress.csv``."""
+        self.flush(fsync=True)
+
+
+def is_complete(path: Path) -> bool:
+    """Whether the run directory has its completion marker."""
+    return (Path(path) / DONE_FILE).is_file()
+
+
+def clear_run_dir(path: Path) -> None:
+    """Remove what an interrupted or failed attempt left, before a new attempt starts.
+
+    Never called on a complete run (the sweep skips those).
+    """
+    path = Path(path)
+    if is_complete(path):
+        raise RuntimeError(f"refusing to clear the complete run {path}")
+    if not path.is_dir():
+        return
+    for child in path.iterdir():
+        if child.name == LOCK_FILE:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
+
+
+@contextlib.contextmanager
+def run_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the run directory for the duration of an attempt.
+
+    The kernel drops the lock when its process dies, so a lock never outlives a killed
+    sweep; a live orphan (its driver was killed alone) keeps a restarted sweep out of
+    the directory instead of both writing into it.
+    """
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunBusyError(
+                f"{path} is being written by another live process (another sweep, or the orphaned "
+                "worker of a killed one); wait for it to finish, then rerun to resume"
+            ) from None
+        yield
+    finally:
+        os.close(fd)

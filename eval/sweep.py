@@ -1,0 +1,459 @@
+"""Sweeps over task x algorithm x seed, on a local process pool or on Ray.
+
+Scheduling is the same for both backends (:func:`run_sweep`):
+
+* a run whose directory holds ``done.json`` is skipped (resume); one recorded with
+  other settings is an error, so a rerun never mixes two budgets under one name;
+* at most ``workers`` runs are in flight; each runs in a fresh process (local: one
+  single-worker ``ProcessPoolExecutor`` per run, started by ``forkserver`` with the
+  agent packages preloaded, or ``spawn``, so a run that kills its process breaks only
+  its own pool; Ray: one task with ``num_cpus=1`` and no Ray-level retries);
+* a failed attempt is reported with its traceback and retried ``retries`` times;
+  results of other runs are on disk already and never depend on it;
+* a tqdm bar counts runs (done / running / failed, ETA) and, on a terminal, one bar per
+  running run counts its env steps.
+
+Local workers write their run directory directly. A Ray task runs in a scratch
+directory on its node and returns the files, which the driver writes atomically,
+``done.json`` last, so a cluster needs no shared file system.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from constrained_grpo.eval import storage
+from constrained_grpo.registry import BUILTIN_AGENT_PACKAGES
+from constrained_grpo.eval.runner import (
+    RunOutcome,
+    RunSpec,
+    TaskMeta,
+    environment_versions,
+    execute_run,
+    git_commit,
+    task_meta,
+)
+
+__all__ = ["BACKENDS", "SweepConfigError", "SweepReport", "expand_grid", "run_sweep"]
+
+BACKENDS = ("local", "ray")
+
+
+class SweepConfigError(ValueError):
+    """The sweep cannot start as asked (a conflicting completed run, an unknown backend, ...)."""
+
+
+@dataclass
+class SweepReport:
+    """What a sweep did.
+
+    Attributes:
+        done: keys of runs completed by this sweep.
+        skipped: keys of runs found complete on disk.
+        failed: key -> traceback of the last attempt, for runs that failed every attempt.
+        retried: keys of runs that failed once and were retried.
+        wall_s: seconds the sweep took.
+    """
+
+    done: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    retried: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def summary(self) -> str:
+        text = (
+            f"{len(self.done)} run(s) done, {len(self.skipped)} skipped (already complete), "
+            f"{len(self.failed)} failed, {len(self.retried)} retried, in {self.wall_s:.1f} s"
+        )
+        for key, tb in sorted(self.failed.items()):
+            text += f"\nFAILED {key}:\n{tb.rstrip()}"
+        return text
+
+
+def expand_grid(
+    tasks: Sequence[str],
+    algos: Sequence[str],
+    seeds: Iterable[int],
+    steps: int | Mapping[str, int],
+    *,
+    eval_episodes: int = 20,
+    config: Mapping[str, Mapping[str, Any]] | None = None,
+    save_agent: bool = True,
+) -> list[RunSpec]:
+    """The runs of ``tasks x algos x seeds`` in that order.
+
+    ``steps`` is one budget or ``{task: budget}``; ``config`` maps an algorithm name to
+    its config overrides.
+    """
+    seeds = list(seeds)
+    config = config or {}
+    specs = []
+    for task in tasks:
+        budget = steps[task] if isinstance(steps, Mapping) else steps
+        for algo in algos:
+            for seed in seeds:
+                specs.append(RunSpec(task, algo, int(seed), int(budget), eval_episodes, dict(config.get(algo, {})), save_agent))
+    return specs
+
+
+def _provenance() -> dict[str, Any]:
+    import shlex
+
+    return {
+        "versions": environment_versions(),
+        "git": git_commit(),
+        "invoked_as": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+    }
+
+
+# ---------------------------------------------------------------------------- local backend
+
+
+def _init_worker() -> None:
+    # Set before torch is imported in this fresh process: one thread per run (see runner).
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
+
+
+def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int, queue: Any) -> RunOutcome:
+    key = RunSpec.from_dict(spec).key
+
+    def progress(env_steps: int) -> None:
+        if queue is not None:
+            queue.put_nowait((key, env_steps))
+
+    return execute_run(
+        RunSpec.from_dict(spec), out, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt, on_progress=progress
+    )
+
+
+#: Modules the fork server imports once, so that a run's process starts with them loaded
+#: (importing torch, SB3 and the agents costs seconds, paid once per sweep, not per run).
+_PRELOAD = ("constrained_grpo.eval.runner", *BUILTIN_AGENT_PACKAGES)
+
+
+def _mp_context() -> multiprocessing.context.BaseContext:
+    """``forkserver`` with the agent packages preloaded where available, else ``spawn``.
+
+    Both start runs in a clean process (never a fork of the driver, whose threads and
+    state a fork would copy); the fork server itself is single-threaded.
+    """
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(_PRELOAD))
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
+class _LocalBackend:
+    """One single-worker process pool per run: a crash is attributed to exactly that run."""
+
+    def __init__(self, workers: int) -> None:
+        self.capacity = max(1, int(workers))
+        self._ctx = _mp_context()
+        self._manager = self._ctx.Manager()
+        self.queue = self._manager.Queue()
+        self._jobs: dict[cf.Future, tuple[RunSpec, int, cf.ProcessPoolExecutor]] = {}
+
+    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
+        pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_worker)
+        fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt, self.queue)
+        self._jobs[fut] = (spec, attempt, pool)
+
+    def wait(self, timeout: float) -> list[RunOutcome]:
+        if not self._jobs:
+            return []
+        finished, _ = cf.wait(list(self._jobs), timeout=timeout, return_when=cf.FIRST_COMPLETED)
+        outcomes = []
+        for fut in finished:
+            spec, attempt, pool = self._jobs.pop(fut)
+            pool.shutdown(wait=False)
+            try:
+                outcomes.append(fut.result())
+            except cf.process.BrokenProcessPool:
+                outcomes.append(RunOutcome(spec.key, "failed", attempt, 0.0,
+                                           "the worker process died abruptly (killed by a signal, out of memory, "
+                                           "or a crash in native code); no Python traceback is available\n"))
+            except Exception:  # pickling errors and the like: report, never lose the sweep
+                outcomes.append(RunOutcome(spec.key, "failed", attempt, 0.0, traceback.format_exc()))
+        return outcomes
+
+    def drain_progress(self) -> list[tuple[str, int]]:
+        items = []
+        try:
+            while True:
+                items.append(self.queue.get_nowait())
+        except Exception:  # queue.Empty, or a manager that is shutting down
+            pass
+        return items
+
+    def close(self) -> None:
+        for _, _, pool in self._jobs.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+        self._manager.shutdown()
+
+
+# ------------------------------------------------------------------------------ Ray backend
+
+
+def _ray_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int, queue: Any) -> tuple[RunOutcome, dict[str, bytes]]:
+    """Run in a scratch directory on the Ray node; return the outcome and the run's files."""
+    _init_worker()
+    run = RunSpec.from_dict(spec)
+
+    def progress(env_steps: int) -> None:
+        if queue is not None:
+            queue.put_nowait((run.key, env_steps))
+
+    with tempfile.TemporaryDirectory(prefix="cgrpo-run-") as scratch:
+        outcome = execute_run(run, scratch, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt,
+                              on_progress=progress, recorded_out=out)
+        root = run.run_dir(scratch)
+        files = {
+            str(p.relative_to(root)): p.read_bytes()
+            for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")
+        }
+    return outcome, files
+
+
+def _write_returned_files(run_dir: Path, files: Mapping[str, bytes], outcome: RunOutcome) -> RunOutcome:
+    """Write a Ray task's files into ``run_dir`` atomically, the completion marker last."""
+    try:
+        with storage.run_lock(run_dir):
+            if storage.is_complete(run_dir):
+                return outcome
+            storage.clear_run_dir(run_dir)
+            for rel in sorted(files):
+                if rel != storage.DONE_FILE:
+                    storage.atomic_write_bytes(run_dir / rel, files[rel])
+            if storage.DONE_FILE in files:
+                storage.atomic_write_bytes(run_dir / storage.DONE_FILE, files[storage.DONE_FILE])
+    except storage.RunBusyError as err:
+        return RunOutcome(outcome.key, "busy", outcome.attempt, outcome.wall_s, str(err))
+    return outcome
+
+
+class _RayBackend:
+    def __init__(self, workers: int | None, address: str | None) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise SweepConfigError(
+                "the Ray backend needs ray; install the extra: pip install 'constrained-grpo[ray]'"
+            ) from None
+        self.ray = ray
+        self._owns = False
+        if not ray.is_initialized():
+            # A local Ray gets the driver's import path, so that agents given by dotted path import.
+            env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+            ray.init(address=address, num_cpus=None if address else workers, runtime_env=None if address else {"env_vars": env},
+                     include_dashboard=False, log_to_driver=False, configure_logging=False)
+            self._owns = True
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        self.capacity = max(1, min(int(workers), cpus) if workers else cpus)
+        from ray.util.queue import Queue
+
+        self.queue = Queue(actor_options={"num_cpus": 0})
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_job)
+        self._jobs: dict[Any, tuple[RunSpec, int, Path]] = {}
+
+    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
+        ref = self._remote.remote(spec.to_dict(), str(out), meta.to_dict(), prov, attempt, self.queue)
+        self._jobs[ref] = (spec, attempt, spec.run_dir(out))
+
+    def wait(self, timeout: float) -> list[RunOutcome]:
+        if not self._jobs:
+            return []
+        ready, _ = self.ray.wait(list(self._jobs), num_returns=1, timeout=timeout)
+        outcomes = []
+        for ref in ready:
+            spec, attempt, run_dir = self._jobs.pop(ref)
+            try:
+                outcome, files = self.ray.get(ref)
+            except Exception:  # the task's process died, or Ray lost it
+                outcomes.append(RunOutcome(spec.key, "failed", attempt, 0.0, traceback.format_exc()))
+                continue
+            if outcome.status == "failed":
+                # Keep the traceback beside the run, as a local attempt does.
+                run_dir.mkdir(parents=True, exist_ok=True)
+                files = {k: v for k, v in files.items() if k in (storage.CONFIG_FILE, storage.ERROR_FILE)}
+                with storage.run_lock(run_dir):
+                    if not storage.is_complete(run_dir):
+                        storage.clear_run_dir(run_dir)
+                        for rel, data in files.items():
+                            storage.atomic_write_bytes(run_dir / rel, data)
+                outcomes.append(outcome)
+            else:
+                outcomes.append(_write_returned_files(run_dir, files, outcome))
+        return outcomes
+
+    def drain_progress(self) -> list[tuple[str, int]]:
+        items = []
+        try:
+            while not self.queue.empty():
+                items.append(self.queue.get_nowait())
+        except Exception:
+            pass
+        return items
+
+    def close(self) -> None:
+        for ref in self._jobs:
+            self.ray.cancel(ref, force=True)
+        try:
+            self.ray.kill(self.queue.actor)
+        except Exception:
+            pass
+        if self._owns:
+            self.ray.shutdown()
+
+
+# ------------------------------------------------------------------------------ the sweep
+
+
+def _check_resumable(specs: Sequence[RunSpec], out: Path) -> tuple[list[RunSpec], list[str]]:
+    """Split into runs to do and keys of complete runs; a complete run with other settings is an error."""
+    todo, skipped = [], []
+    for spec in specs:
+        path = spec.run_dir(out)
+        if not storage.is_complete(path):
+            todo.append(spec)
+            continue
+        try:
+            recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
+        except (OSError, ValueError):
+            recorded = {}
+        if not spec.same_results_as(recorded):
+            raise SweepConfigError(
+                f"{path} holds a completed run with settings {recorded} but this sweep asks for "
+                f"{spec.to_dict()}; use another --out directory, or delete {path} to rerun it"
+            )
+        skipped.append(spec.key)
+    return todo, skipped
+
+
+def run_sweep(
+    specs: Sequence[RunSpec],
+    out: str | Path,
+    *,
+    backend: str = "local",
+    workers: int | None = None,
+    retries: int = 1,
+    ray_address: str | None = None,
+    progress: bool | None = None,
+    echo: Callable[[str], None] | None = None,
+    task_metas: Mapping[str, TaskMeta] | None = None,
+) -> SweepReport:
+    """Run every spec into ``out`` (Contract 3 layout); return what happened.
+
+    ``workers`` defaults to the CPU count (local) or the cluster's CPUs (Ray).
+    ``progress=None`` shows bars on a terminal only; ``echo`` receives one line per
+    finished, failed or retried run (default: stderr).
+    """
+    if backend not in BACKENDS:
+        raise SweepConfigError(f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
+    if retries < 0:
+        raise SweepConfigError(f"retries must be >= 0, got {retries}")
+    keys = [s.key for s in specs]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise SweepConfigError(f"the grid lists runs more than once: {dup}")
+    out = Path(out)
+    start = time.perf_counter()
+    report = SweepReport()
+    todo, report.skipped = _check_resumable(specs, out)
+    say = echo if echo is not None else (lambda line: tqdm.write(line, file=sys.stderr))
+    if report.skipped:
+        say(f"[sweep] {len(report.skipped)} of {len(specs)} run(s) already complete under {out}; skipping them")
+    if not todo:
+        report.wall_s = time.perf_counter() - start
+        return report
+
+    metas = dict(task_metas or {})
+    for task in sorted({s.task for s in todo}):
+        if task not in metas:
+            t0 = time.perf_counter()
+            metas[task] = task_meta(task)
+            if metas[task].optimum_return is not None:
+                say(f"[sweep] {task}: exact optimum {metas[task].optimum_return:.4f} ({time.perf_counter() - t0:.1f} s)")
+    prov = _provenance()
+
+    workers = workers if workers is not None else (None if backend == "ray" else (os.cpu_count() or 1))
+    engine: _LocalBackend | _RayBackend = _LocalBackend(workers or 1) if backend == "local" else _RayBackend(workers, ray_address)
+    disable = None if progress is None else not progress
+    bar = tqdm(total=len(todo), desc="sweep", unit="run", disable=disable, file=sys.stderr, dynamic_ncols=True)
+    run_bars: dict[str, tqdm] = {}
+    run_slots: dict[str, int] = {}  # terminal line of each running run's bar
+    pending: list[tuple[RunSpec, int]] = [(s, 1) for s in todo]
+    running: dict[str, RunSpec] = {}
+    failed_count = 0
+
+    def postfix() -> None:
+        bar.set_postfix_str(f"running={len(running)} failed={failed_count} skipped={len(report.skipped)}", refresh=True)
+
+    try:
+        while pending or running:
+            while pending and len(running) < engine.capacity:
+                spec, attempt = pending.pop(0)
+                engine.submit(spec, out, metas[spec.task], prov, attempt)
+                running[spec.key] = spec
+                if not bar.disable:
+                    used = set(run_slots.values())
+                    slot = run_slots[spec.key] = next(i for i in range(1, len(used) + 2) if i not in used)
+                    run_bars[spec.key] = tqdm(total=spec.steps, desc=spec.key, unit="step", leave=False,
+                                              position=slot, file=sys.stderr, dynamic_ncols=True)
+            postfix()
+            for outcome in engine.wait(timeout=0.25):
+                spec = running.pop(outcome.key)
+                run_bar = run_bars.pop(outcome.key, None)
+                run_slots.pop(outcome.key, None)
+                if run_bar is not None:
+                    run_bar.close()
+                if outcome.status == "done":
+                    report.done.append(outcome.key)
+                    bar.update(1)
+                    say(f"[sweep] done {outcome.key} (attempt {outcome.attempt}, {outcome.wall_s:.1f} s)")
+                elif outcome.status == "busy":
+                    report.failed[outcome.key] = outcome.error or "busy"
+                    failed_count += 1
+                    bar.update(1)
+                    say(f"[sweep] skipped {outcome.key}: {outcome.error}")
+                elif outcome.attempt <= retries:
+                    report.retried.append(outcome.key)
+                    say(f"[sweep] run {outcome.key} failed (attempt {outcome.attempt} of {retries + 1}); "
+                        f"retrying. Traceback:\n{(outcome.error or '').rstrip()}")
+                    pending.append((spec, outcome.attempt + 1))
+                else:
+                    report.failed[outcome.key] = outcome.error or "failed"
+                    failed_count += 1
+                    bar.update(1)
+                    say(f"[sweep] run {outcome.key} FAILED after {outcome.attempt} attempt(s). Traceback:\n"
+                        f"{(outcome.error or '').rstrip()}")
+            for key, steps in engine.drain_progress():
+                run_bar = run_bars.get(key)
+                if run_bar is not None and steps > run_bar.n:
+                    run_bar.update(min(steps, run_bar.total) - run_bar.n)
+    finally:
+        for run_bar in run_bars.values():
+            run_bar.close()
+        bar.close()
+        engine.close()
+    report.wall_s = time.perf_counter() - start
+    return report

@@ -1,0 +1,125 @@
+"""Hand-worked tests of the policy-loss pieces."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from constrained_grpo.agents.losses import (
+    kl_k3,
+    masked_mean,
+    negative_advantage_veto,
+    pg_loss_clipped,
+    policy_loss,
+)
+
+# Two samples of two steps; logp_old = 0, so the ratios are exp(logp):
+#   sample 0 (A = +1): ratios 1.5, 0.5      sample 1 (A = -1): ratios 1.1, 1.0
+LOGP = torch.log(torch.tensor([[1.5, 0.5], [1.1, 1.0]], dtype=torch.float64))
+OLD = torch.zeros(2, 2, dtype=torch.float64)
+ADV = torch.tensor([1.0, -1.0], dtype=torch.float64)
+MASK = torch.ones(2, 2, dtype=torch.bool)
+
+
+def test_masked_mean_aggregations() -> None:
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    assert masked_mean(values, mask, "token").item() == pytest.approx(7 / 3)  # (1 + 2 + 4) / 3
+    assert masked_mean(values, mask, "sequence").item() == pytest.approx(2.75)  # mean(1.5, 4)
+    assert masked_mean(values, mask, "sum").item() == pytest.approx(7 / 6)  # 7 / (N T)
+    with pytest.raises(ValueError, match="token"):
+        masked_mean(values, mask, "mean")
+
+
+def test_clipped_surrogate_by_hand() -> None:
+    # A=+1: min(1.5, 1.2) = 1.2, min(0.5, 0.8) = 0.5;  A=-1: min(-1.1, -1.1), min(-1, -1)
+    loss, stats = pg_loss_clipped(LOGP, OLD, ADV, MASK, 0.2, 0.2)
+    assert loss.item() == pytest.approx(-(1.2 + 0.5 - 1.1 - 1.0) / 4)
+    assert stats["clip_frac"].item() == pytest.approx(0.25)  # only step (0, 0) is clipped
+
+
+def test_asymmetric_clip_higher() -> None:
+    # eps_high = 0.6 lets ratio 1.5 through for A > 0
+    loss, _ = pg_loss_clipped(LOGP, OLD, ADV, MASK, 0.2, 0.6)
+    assert loss.item() == pytest.approx(-(1.5 + 0.5 - 1.1 - 1.0) / 4)
+    # eps_low bounds the downward ratio for A < 0: ratio 0.5 with A = -1, eps_low 0.2
+    logp = torch.log(torch.tensor([[0.5]], dtype=torch.float64))
+    loss, _ = pg_loss_clipped(logp, torch.zeros(1, 1, dtype=torch.float64), torch.tensor([-1.0], dtype=torch.float64),
+                              torch.ones(1, 1, dtype=torch.bool), 0.2, 0.6)
+    assert loss.item() == pytest.approx(0.8)  # -min(-0.5, -0.8)
+
+
+def test_sequence_level_ratio_by_hand() -> None:
+    # s0 = exp(mean(ln 1.5, ln 0.5)) = sqrt(0.75); s1 = sqrt(1.1); both inside [0.8, 1.2]
+    loss, _ = pg_loss_clipped(LOGP, OLD, ADV, MASK, 0.2, 0.2, ratio_level="sequence")
+    s0, s1 = math.sqrt(0.75), math.sqrt(1.1)
+    assert loss.item() == pytest.approx(-(2 * s0 - 2 * s1) / 4)
+
+
+def test_clipped_steps_carry_no_gradient() -> None:
+    logp = LOGP.clone().requires_grad_(True)
+    loss, _ = pg_loss_clipped(logp, OLD, ADV, MASK, 0.2, 0.2)
+    loss.backward()
+    assert logp.grad[0, 0].item() == 0.0  # A > 0, ratio 1.5 > 1.2: clipped
+    # unclipped step: d(-r A / 4) / d logp = -r A / 4
+    assert logp.grad[0, 1].item() == pytest.approx(-0.5 / 4)
+
+
+def test_padding_is_ignored() -> None:
+    mask = torch.tensor([[True, False], [True, True]])
+    loss, _ = pg_loss_clipped(LOGP, OLD, ADV, mask, 0.2, 0.2)
+    assert loss.item() == pytest.approx(-(1.2 - 1.1 - 1.0) / 3)
+
+
+def test_negative_advantage_veto_masks_steps_after_first_outlier() -> None:
+    ratio = torch.tensor([[1.0, 1.5, 1.0, 0.5], [1.0, 1.5, 1.0, 0.5], [0.7, 1.0, 1.0, 1.0]])
+    adv = torch.tensor([-1.0, 1.0, -2.0])
+    mask = torch.tensor([[True] * 4, [True] * 4, [True, True, True, False]])
+    out = negative_advantage_veto(ratio, adv, mask, 0.2, 0.2)
+    expected = torch.tensor(
+        [
+            [True, True, False, False],  # A < 0: first outlier at step 1, steps 2-3 dropped
+            [True, True, True, True],  # A > 0: untouched
+            [True, False, False, False],  # outlier at step 0; padding stays masked
+        ]
+    )
+    assert torch.equal(out, expected)
+    # asymmetric region: with eps_high = 0.6, ratio 1.5 is inside; 0.5 at step 3 is the first outlier
+    out = negative_advantage_veto(ratio[:1], adv[:1], mask[:1], 0.2, 0.6)
+    assert torch.equal(out, torch.tensor([[True, True, True, True]]))
+
+
+def test_veto_in_the_loss() -> None:
+    logp = torch.log(torch.tensor([[1.0, 1.5, 1.0]], dtype=torch.float64))
+    old = torch.zeros(1, 3, dtype=torch.float64)
+    adv = torch.tensor([-1.0], dtype=torch.float64)
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    plain, _ = pg_loss_clipped(logp, old, adv, mask, 0.2, 0.2)
+    vetoed, stats = pg_loss_clipped(logp, old, adv, mask, 0.2, 0.2, veto=True)
+    assert plain.item() == pytest.approx((1.0 + 1.5 + 1.0) / 3)
+    assert vetoed.item() == pytest.approx((1.0 + 1.5) / 2)  # step 2 (after the outlier) dropped
+    assert stats["veto_frac"].item() == pytest.approx(1 / 3)
+
+
+def test_kl_k3_by_hand() -> None:
+    # pi = 0.5, pi_ref = 0.25: d = ln(0.25 / 0.5) = -ln 2;  e^d - d - 1 = 0.5 + ln 2 - 1
+    kl = kl_k3(torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)]))
+    assert kl.item() == pytest.approx(math.log(2) - 0.5)
+    assert kl_k3(torch.tensor([-1.0]), torch.tensor([-1.0])).item() == 0.0
+
+
+def test_policy_loss_combines_terms() -> None:
+    entropy = torch.full((2, 2), 1.2, dtype=torch.float64)
+    ref = LOGP - 0.1
+    terms = policy_loss(LOGP, OLD, ADV, MASK, entropy, ref, kl_coef=0.5, entropy_coef=0.01)
+    pg = -(1.2 + 0.5 - 1.1 - 1.0) / 4
+    kl = math.exp(-0.1) + 0.1 - 1.0
+    assert terms.pg_loss.item() == pytest.approx(pg)
+    assert terms.kl.item() == pytest.approx(kl)
+    assert terms.entropy.item() == pytest.approx(1.2)
+    assert terms.loss.item() == pytest.approx(pg + 0.5 * kl - 0.01 * 1.2)
+    no_ref = policy_loss(LOGP, OLD, ADV, MASK, entropy)
+    assert no_ref.kl.item() == 0.0
+    assert no_ref.loss.item() == pytest.approx(pg)

@@ -1,0 +1,101 @@
+"""Short training runs: learning happens; the experiment and benchmark helpers work end to end."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import constrained_grpo
+from constrained_grpo.agents.experiment import first_time_criterion_met, flatten_record, tail_summary
+
+TINY = "Grid/HazardFuel3x3-v0"  # optimum 1.2; hazard limit 0.2, fuel 4.4
+
+
+def test_cgrpo_learns_on_the_3x3_grid() -> None:
+    """From a uniform policy (return ~0.75, hazard ~0.8) to the safe gem route."""
+    agent = constrained_grpo.make_agent("cgrpo", TINY, seed=0, preset="quick")
+    records: list[dict[str, Any]] = []
+    agent.learn(40_000, records.append)
+    first, last = records[:5], records[-len(records) // 5:]
+    ret0 = np.mean([r["ep_return"] for r in first])
+    ret1 = np.mean([r["ep_return"] for r in last])
+    hazard0 = np.mean([r["ep_cost"][0] for r in first])
+    hazard1 = np.mean([r["ep_cost"][0] for r in last])
+    assert hazard0 > 0.5
+    assert hazard1 <= 0.2, f"hazard rate {hazard1:.3f} did not fall under its limit 0.2"
+    assert ret1 > ret0 + 0.2, f"return did not rise: {ret0:.3f} -> {ret1:.3f}"
+    assert agent.multipliers[0] >= 0 and agent.multipliers[1] > 0  # fuel is violated by the gem route
+
+
+def records_from(rows: list[tuple[float, float, float]]) -> list[dict[str, Any]]:
+    return [
+        {"iteration": i + 1, "env_steps": 100 * (i + 1), "wall_s": float(i + 1), "ep_return": r, "ep_cost": [h, f],
+         "multipliers": [0.1, 0.2]}
+        for i, (r, h, f) in enumerate(rows)
+    ]
+
+
+def test_tail_summary_criterion() -> None:
+    limits, optimum = [0.1, 12.0], 1.1333
+    # last 20% = last 2 of 10 iterations
+    good = records_from([(0.5, 0.9, 30.0)] * 8 + [(1.05, 0.105, 13.0), (1.10, 0.10, 12.0)])
+    s = tail_summary(good, limits, optimum)
+    assert s.passed and s.within_limits and s.return_ok
+    assert s.ep_return == pytest.approx(1.075)
+    assert s.ep_cost == pytest.approx((0.1025, 12.5))
+    too_costly = records_from([(1.1, 0.2, 12.0)] * 10)
+    assert not tail_summary(too_costly, limits, optimum).passed
+    too_poor = records_from([(1.0, 0.0, 9.0)] * 10)  # 1.0 < 1.1333 * 0.9
+    s = tail_summary(too_poor, limits, optimum)
+    assert s.within_limits and not s.return_ok and not s.passed
+    assert tail_summary(too_poor, limits, None).return_ok is None
+
+
+def test_first_time_criterion_met() -> None:
+    rows = [(0.5, 0.9, 30.0)] * 5 + [(1.1, 0.05, 12.0)] * 5
+    hit = first_time_criterion_met(records_from(rows), [0.1, 12.0], 1.1333, window=3)
+    assert hit == {"iteration": 8, "env_steps": 800, "wall_s": 8.0}
+    assert first_time_criterion_met(records_from(rows[:5]), [0.1, 12.0], 1.1333, window=3) is None
+
+
+def test_flatten_record() -> None:
+    row = flatten_record(records_from([(1.0, 0.1, 9.0)])[0], ["hazard", "fuel"])
+    assert row["cost_hazard"] == 0.1 and row["lambda_fuel"] == 0.2
+    assert "ep_cost" not in row
+
+
+def test_experiment_cli_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "constrained_grpo.agents.experiment", "--algos", "cgrpo", "grpo-screw",
+         "--env", TINY, "--seeds", "0", "--steps", "300", "--out", str(out), "--quiet",
+         "--config", '{"preset": "quick"}'],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "cgrpo: passed" in proc.stdout
+    for algo in ("cgrpo", "grpo-screw"):
+        run = out / algo / "seed0"
+        assert (run / "config.json").exists() and (run / "model" / "model.safetensors").exists()
+        with (run / "progress.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        assert rows and {"env_steps", "ep_return", "cost_hazard", "lambda_fuel", "eff_w_reward"} <= set(rows[0])
+    with (out / "summary.csv").open() as fh:
+        assert len(list(csv.DictReader(fh))) == 2
+
+
+def test_speed_benchmark_smoke(tmp_path: Path) -> None:
+    from constrained_grpo.eval import speed_grpo
+
+    rows = speed_grpo.bench_algo("cgrpo", env_id=TINY, budget=500)
+    kinds = {r["kind"]: r for r in rows}
+    assert set(kinds) == {"criterion", "split"}
+    split = kinds["split"]
+    assert split["rollout_ms"] > 0 and split["backward_ms"] > 0
+    assert 0 <= split["advantage_share"] < 1

@@ -1,0 +1,122 @@
+"""Leaderboard: ranking rule, determinism, submissions; and the plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TASK, TOY, TOY_UNCONSTRAINED
+from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval.leaderboard import build_leaderboard, check_submission, render_html, render_markdown, write_leaderboard
+from constrained_grpo.eval.loader import ResultsError, load_results
+from constrained_grpo.eval.plots import make_plots
+from constrained_grpo.eval.runner import TaskMeta
+
+META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
+                optimal_multipliers=(0.5,))
+
+
+def table_of(runs: dict[str, tuple[float, float, np.ndarray | None]], seeds: int = 3) -> pd.DataFrame:
+    """Runs of algorithms given (eval return, eval hazard rate, multiplier series or None)."""
+    rows = []
+    for algo, (ret, hazard, lam) in runs.items():
+        for seed in range(seeds):
+            n = 40
+            for t in range(n):
+                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "train", "iteration": t,
+                             "env_steps": 100 * (t + 1), "wall_s": 0.1 * t, "return": ret, "length": np.nan,
+                             "cost_hazard": hazard, "lambda_hazard": np.nan if lam is None else lam[t]})
+            for i in range(10):
+                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval", "iteration": i,
+                             "env_steps": 100 * n, "wall_s": np.nan, "return": ret + 0.01 * seed, "length": 5.0,
+                             "cost_hazard": float(i < round(hazard * 10)), "lambda_hazard": np.nan if lam is None else lam[-1]})
+    return pd.DataFrame(rows)
+
+
+def test_ranking_is_return_subject_to_satisfaction():
+    steps = np.arange(40)
+    table = table_of({
+        "greedy": (1.9, 0.5, None),                      # best return, violates hazard
+        "safe": (1.5, 0.1, 0.5 + 0.0 * steps),           # feasible
+        "safer": (1.2, 0.0, 0.3 + 0.0 * steps),          # feasible, lower return
+        "almost": (1.8, 0.2, 0.01 * steps),              # violates less than greedy; diverging multiplier
+    })
+    lb = build_leaderboard(table, {META.task: META}, reps=200)
+    ranked = lb.per_task[META.task]
+    assert list(ranked["algo"]) == ["safe", "safer", "almost", "greedy"]
+    assert list(ranked["feasible"]) == [True, True, False, False]
+    assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.51) / 2.0)
+    stab = ranked.set_index("algo")["stability"]
+    assert stab["safe"] == pytest.approx(1.0) and stab["almost"] < 0.5 and np.isnan(stab["greedy"])
+    overall = lb.overall["toy"]
+    assert list(overall["algo"]) == ["safe", "safer", "almost", "greedy"]
+    md = render_markdown(lb)
+    assert "| 1 | safe | 3 | yes |" in md and "probability of improvement" in md
+    assert "<td>safe</td>" in render_html(lb)
+
+
+def test_leaderboard_is_byte_for_byte_deterministic(toy_results: Path, tmp_path: Path):
+    res = load_results(toy_results)
+    a = write_leaderboard(build_leaderboard(res.table, res.tasks), tmp_path / "a", table=res.table)
+    b = write_leaderboard(build_leaderboard(res.table, res.tasks), tmp_path / "b", table=res.table)
+    for pa, pb in zip(a, b):
+        assert pa.read_bytes() == pb.read_bytes(), pa.name
+    # The exported long table is a valid submission and gives the same page.
+    table, tasks = check_submission(tmp_path / "a" / "results.csv")
+    c = write_leaderboard(build_leaderboard(table, tasks), tmp_path / "c")
+    assert c[0].read_bytes() == a[0].read_bytes()
+    md = a[0].read_text()
+    assert f"## Task {TASK}" in md and TOY in md and TOY_UNCONSTRAINED in md
+    assert "R* = 1.2000" in md and "[" in md
+
+
+@pytest.fixture(scope="module")
+def submission(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("submission") / "good.csv"
+    load_results(toy_results).table.to_csv(path, index=False)
+    return path
+
+
+def test_check_accepts_a_good_submission(submission: Path):
+    table, tasks = check_submission(submission)
+    assert TASK in tasks and len(table) > 0
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda df: df.drop(columns=["return"]), r"missing column\(s\) \['return'\]"),
+        (lambda df: df.assign(env_steps=df["env_steps"].astype(str).where(df.index > 0, "ten")), r"'env_steps' must hold numbers"),
+        (lambda df: df.assign(cost_hazard=df["cost_hazard"].where(df["kind"] == "train", np.nan)), r"'cost_hazard' has empty or NaN cells in eval"),
+        (lambda df: df.assign(algo="bad name!"), r"algorithm name 'bad name!'"),
+        (lambda df: df.assign(task="Grid/NoSuchTask-v0"), r"unknown task 'Grid/NoSuchTask-v0'"),
+        (lambda df: df.assign(notes="x"), r"unknown column\(s\) \['notes'\]"),
+    ],
+)
+def test_check_rejects_malformed_submissions(submission: Path, tmp_path: Path, edit, reason):
+    bad = tmp_path / "bad.csv"
+    edit(pd.read_csv(submission)).to_csv(bad, index=False)
+    with pytest.raises(ResultsError, match=reason):
+        check_submission(bad)
+
+
+def test_check_rejects_unreadable_files(tmp_path: Path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(ResultsError, match="not a readable CSV"):
+        check_submission(empty)
+    with pytest.raises(ResultsError, match="does not exist"):
+        check_submission(tmp_path / "missing.csv")
+
+
+def test_plots_are_written(toy_results: Path, tmp_path: Path):
+    res = load_results(toy_results)
+    paths = make_plots(res.table, res.tasks, tmp_path)
+    names = sorted(p.name for p in paths)
+    stem = "Grid_HazardFuel3x3-v0"
+    assert names == sorted(f"{stem}_{k}.png" for k in ("curves", "multipliers", "return_vs_violation", "effective_weights"))
+    for p in paths:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000

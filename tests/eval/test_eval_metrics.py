@@ -1,0 +1,208 @@
+"""Metrics and statistics on synthetic series and tables whose answers are known by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval import metrics as M
+from constrained_grpo.eval import stats as S
+from constrained_grpo.eval.runner import TaskMeta
+
+# ----------------------------------------------------------------------------- return
+
+
+def test_final_performance_is_mean_of_last_fifth():
+    x = np.arange(10.0)  # last 20% = {8, 9}
+    assert M.final_performance(x) == 8.5
+    assert M.final_performance([3.0]) == 3.0
+    assert M.final_performance(np.arange(11.0)) == pytest.approx(np.mean([8, 9, 10]))  # ceil(2.2) = 3
+
+
+def test_final_performance_skips_iterations_without_estimate():
+    assert M.final_performance([1.0, 2.0, 3.0, np.nan, 5.0], frac=0.4) == 5.0
+    assert math.isnan(M.final_performance([1.0, np.nan], frac=0.5))
+
+
+def test_normalised_return():
+    assert M.normalised_return(1.1333, 1.1333) == pytest.approx(1.0)
+    assert M.normalised_return(0.5, 1.0) == pytest.approx(0.5)
+    assert M.normalised_return(-3.0, -2.0) == pytest.approx(0.5)  # 1 - (-2 + 3)/2
+    assert math.isnan(M.normalised_return(1.0, None))
+
+
+# ----------------------------------------------------------------------- satisfaction
+
+
+def test_constraint_satisfaction_metrics():
+    costs = np.array([0.0, 0.0, 1.0, 0.0])  # an indicator cost, violation rate 0.25
+    assert M.fraction_within(costs, 0.1) == 0.75
+    assert M.normalised_violation(costs.mean(), 0.1) == pytest.approx(1.5)  # (0.25 - 0.1)/0.1
+    assert M.normalised_violation(0.05, 0.1) == 0.0
+    assert M.normalised_violation(2.0, 0.0) == 2.0  # zero limit: cost units
+
+
+def test_cumulative_violation_integrates_over_env_steps():
+    steps = np.array([100, 200, 400])
+    costs = np.array([0.3, 0.1, 0.2])  # limit 0.1: violations 2, 0, 1 (normalised)
+    assert M.cumulative_violation(steps, costs, 0.1) == pytest.approx(2 * 100 + 0 * 100 + 1 * 200)
+    assert M.cumulative_violation(steps, [0.3, np.nan, 0.1], 0.1) == pytest.approx(200)
+
+
+# ------------------------------------------------------------------ multiplier stability
+
+N = 200  # iterations; the second half is t = 100..199
+STEPS = 1000.0 * (np.arange(N) + 1)
+
+
+def sine(amplitude: float = 0.5, period: int = 20, phase: float = 0.3) -> np.ndarray:
+    return 1.0 + amplitude * np.sin(2 * np.pi * np.arange(N) / period + phase)
+
+
+def test_sine_oscillations_and_total_variation():
+    lam = sine()
+    half = M.second_half(lam)
+    # Five periods in t = 100..199, extrema at t = 2.02 + 10 j: ten turns of the increments.
+    assert M.oscillations(half) == 10
+    # Total variation: from sin(0.3) up to the first peak, nine half-period swings of
+    # 2A, then from the last trough up to the end value (A = 0.5).
+    a, phi_start, phi_end = 0.5, 0.3 + 2 * np.pi * 100 / 20, 0.3 + 2 * np.pi * 199 / 20
+    expected = a * (1 - np.sin(phi_start)) + 9 * 2 * a + a * (1 + np.sin(phi_end))
+    assert M.total_variation(half) == pytest.approx(expected, rel=1e-3)
+    # The fitted slope of an oscillation is an artefact of where the window cuts it; the
+    # trend explains almost none of its variance.
+    assert M.trend_r2(M.second_half(STEPS), half) < 0.05
+    assert M.coefficient_of_variation(half) == pytest.approx(a / np.sqrt(2), rel=0.02)
+
+
+def test_oscillation_tolerance_ignores_noise():
+    rng = np.random.default_rng(0)
+    flat = 2.0 + 1e-4 * rng.standard_normal(100)  # jitter far below 1% of lambda
+    assert M.oscillations(flat) == 0
+    assert M.oscillations(flat, rel_tol=0.0) > 10
+
+
+def test_step_response_overshoot_and_settling():
+    lam = np.array([0.0, 0.5, 1.0, 1.3, 1.2, 1.05, 0.95, 1.02] + [1.0] * 42)
+    steps = 10.0 * (np.arange(len(lam)) + 1)  # 10 .. 500
+    assert M.final_value(lam) == 1.0
+    assert M.overshoot(lam) == pytest.approx(0.3)
+    # Outside +-10% of 1.0 last at t = 4 (1.2): settled from t = 5, at 60 of 500 env steps.
+    assert M.settling_time(steps, lam) == pytest.approx(60 / 500)
+    never = np.array([0.0, 1.0] * 25)
+    assert M.settling_time(steps, never) == 1.0
+
+
+def test_linear_ramp_drift_and_ranking_below_bounded_oscillation():
+    ramp = 1e-4 * STEPS  # lambda = a s
+    s2, r2 = M.second_half(STEPS), M.second_half(ramp)
+    # Least squares recovers the slope exactly: drift = 2 (s1 - s0) / (s1 + s0).
+    assert M.drift(s2, r2) == pytest.approx(2 * (s2[-1] - s2[0]) / (s2[-1] + s2[0]))
+    assert M.oscillations(r2) == 0
+    ramp_violated = M.multiplier_stability(STEPS, ramp, violated=True)
+    ramp_ok = M.multiplier_stability(STEPS, ramp, violated=False)
+    osc = M.multiplier_stability(STEPS, sine(amplitude=0.9), violated=False)
+    assert ramp_violated.score < ramp_ok.score < osc.score
+    assert osc.oscillations >= 10 and ramp_violated.oscillations == 0
+    constant = M.multiplier_stability(STEPS, np.full(N, 0.7), violated=False)
+    assert constant.score == pytest.approx(1.0) and constant.tv == 0.0 and constant.settling == pytest.approx(STEPS[0] / STEPS[-1])
+
+
+def test_stability_score_formula():
+    assert M.stability_score(0.0, 0.0, False) == 1.0
+    assert M.stability_score(0.5, 0.2, False) == pytest.approx(1 / (1 + 2 * 0.5 + 0.2))
+    assert M.stability_score(0.5, 0.2, True) == pytest.approx(1 / (1 + 4 * 0.5 + 0.2))
+    assert M.stability_score(-0.5, 0.2, True) == pytest.approx(1 / (1 + 2 * 0.5 + 0.2))  # falling: no extra weight
+    assert M.stability_score(0.5, 0.2, False, r2=0.5) == pytest.approx(1 / (1 + 2 * 0.5 * 0.5 + 0.2))
+    assert M.stability_score(math.nan, 0.2, True) == 0.0
+
+
+@pytest.mark.parametrize("period", [20, 50, 100])
+def test_any_bounded_oscillation_outranks_a_violated_ramp(period):
+    """Whatever the window cuts of the last period, the oscillation is the more stable."""
+    ramp = M.multiplier_stability(STEPS, 1e-4 * STEPS, violated=True)
+    for phase in np.linspace(0, 2 * np.pi, 9):
+        osc = M.multiplier_stability(STEPS, sine(amplitude=0.9, period=period, phase=phase), violated=False)
+        assert osc.score > ramp.score
+
+
+# -------------------------------------------------------------------------- run metrics
+
+
+def synthetic_table(lams: dict[str, np.ndarray], hazard_cost: dict[str, float]) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
+    """One run per algorithm on a one-constraint task (hazard <= 0.1), with given multipliers."""
+    meta = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
+                    optimal_multipliers=(0.5,))
+    rows = []
+    for algo, lam in lams.items():
+        for t in range(N):
+            rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": 0, "kind": "train", "iteration": t,
+                         "env_steps": int(STEPS[t]), "wall_s": float(t), "return": 1.0, "length": np.nan,
+                         "cost_hazard": hazard_cost[algo], "lambda_hazard": lam[t]})
+        for i in range(4):
+            rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": 0, "kind": "eval", "iteration": i,
+                         "env_steps": int(STEPS[-1]), "wall_s": np.nan, "return": 1.5, "length": 10.0,
+                         "cost_hazard": float(i == 0 and hazard_cost[algo] > 0.1), "lambda_hazard": lam[-1]})
+    return pd.DataFrame(rows), {meta.task: meta}
+
+
+def test_run_metrics_ranks_diverging_multiplier_below_oscillating_one():
+    table, tasks = synthetic_table(
+        {"diverge": 1e-4 * STEPS, "oscillate": sine(amplitude=0.9)}, {"diverge": 0.3, "oscillate": 0.1}
+    )
+    m = M.run_metrics(table, tasks).set_index("algo")
+    assert m.loc["diverge", "stability"] < m.loc["oscillate", "stability"]
+    assert m.loc["diverge", "drift_hazard"] > 0.5 and m.loc["oscillate", "osc_hazard"] >= 10
+    assert m.loc["oscillate", "eval_return_norm"] == pytest.approx(0.75)  # 1.5 / 2.0
+    assert m.loc["diverge", "within_hazard"] == 0.75 and m.loc["diverge", "violation_hazard"] == pytest.approx(1.5)
+    assert not m.loc["diverge", "satisfied"] and m.loc["oscillate", "satisfied"]
+    assert m.loc["diverge", "train_violation_hazard"] == pytest.approx(2.0)  # (0.3 - 0.1)/0.1 throughout
+    assert m.loc["oscillate", "final_return"] == 1.0
+
+
+def test_run_metrics_unconstrained_algorithm_has_no_stability():
+    table, tasks = synthetic_table({"ppo": np.zeros(N)}, {"ppo": 0.0})
+    table["lambda_hazard"] = np.nan
+    m = M.run_metrics(table, tasks)
+    assert math.isnan(m.loc[0, "stability"]) and "drift_hazard" not in m.columns
+
+
+# ---------------------------------------------------------------------------- statistics
+
+
+def test_iqm_matches_definition():
+    x = np.array([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 100.0])
+    assert S.iqm(x) == pytest.approx(np.mean([2.0, 3.0, 4.0, 5.0]))
+
+
+def test_stratified_bootstrap_is_reproducible_and_keeps_strata():
+    a, b = np.array([0.0, 0.0, 0.0]), np.array([10.0, 10.0])
+    boots = S.stratified_bootstrap([a, b], np.mean, reps=500, seed=3)
+    # Each replicate keeps 3 draws from a and 2 from b: the mean is always 4.
+    assert np.allclose(boots, 4.0)
+    x = [np.random.default_rng(1).normal(size=8), np.random.default_rng(2).normal(size=5)]
+    assert S.stratified_bootstrap_ci(x, S.iqm) == S.stratified_bootstrap_ci(x, S.iqm)
+    point, lo, hi = S.stratified_bootstrap_ci(x, np.mean)
+    assert lo <= point <= hi
+
+
+def test_aggregate_counts_nan_instead_of_dropping_silently():
+    df = pd.DataFrame({"algo": ["a"] * 4, "task": ["t1", "t1", "t2", "t2"], "v": [1.0, 2.0, 3.0, np.nan]})
+    out = S.aggregate(df, "v", reps=200).iloc[0]
+    assert out["n"] == 3 and out["n_nan"] == 1 and out["n_strata"] == 2
+    assert out["mean"] == pytest.approx(2.0)
+
+
+def test_probability_of_improvement_definition():
+    assert S.probability_of_improvement({"t": [2.0, 3.0]}, {"t": [0.0, 1.0]}) == 1.0
+    assert S.probability_of_improvement({"t": [1.0, 1.0]}, {"t": [1.0, 1.0]}) == 0.5
+    # Mann-Whitney by hand: pairs (1>0, 1<2, 3>0, 3>2) = 3/4 on t1; 0 on t2; mean 0.375.
+    x = {"t1": [1.0, 3.0], "t2": [0.0]}
+    y = {"t1": [0.0, 2.0], "t2": [5.0]}
+    assert S.probability_of_improvement(x, y) == pytest.approx(0.375)
+    p, lo, hi = S.probability_of_improvement_ci(x, y, reps=500)
+    assert p == pytest.approx(0.375) and 0.0 <= lo <= p <= hi <= 1.0

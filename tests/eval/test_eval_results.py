@@ -1,0 +1,204 @@
+"""Run directories, the long-table loader and its validation (Contract 3)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import TASK, TOY, TOY_UNCONSTRAINED
+from constrained_grpo.eval import storage
+from constrained_grpo.eval.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
+from constrained_grpo.eval.runner import RunSpec, execute_run
+
+NAMES = ["hazard", "fuel"]
+
+
+def run_path(root: Path, algo: str = TOY, seed: int = 0) -> Path:
+    return storage.run_dir(root, TASK, algo, seed)
+
+
+# ------------------------------------------------------------------------------ storage
+
+
+def test_flatten_record_names_vectors_by_constraint():
+    flat = storage.flatten_record(
+        {"env_steps": np.int64(8), "wall_s": 0.5, "ep_return": np.float32(1.0), "ep_cost": np.array([0.0, 3.0]),
+         "multipliers": [0.1, 0.2], "eff_w": [0.5, 0.3, 0.2], "stats": {"a": True}, "other": [1, 2, 3, 4]},
+        NAMES,
+    )
+    assert flat == {
+        "env_steps": 8, "wall_s": 0.5, "return": 1.0, "cost_hazard": 0.0, "cost_fuel": 3.0,
+        "lambda_hazard": 0.1, "lambda_fuel": 0.2, "eff_w_reward": 0.5, "eff_w_hazard": 0.3, "eff_w_fuel": 0.2,
+        "stats_a": 1, "other_0": 1, "other_1": 2, "other_2": 3, "other_3": 4,
+    }
+    assert isinstance(flat["env_steps"], int)
+
+
+def test_progress_log_numbers_rows_and_rewrites_atomically(tmp_path: Path):
+    path = tmp_path / "progress.csv"
+    log = storage.ProgressLog(path, NAMES, flush_every_s=0.0)
+    for i in range(3):
+        log({"iteration": 1 + i, "env_steps": 10 * (i + 1), "wall_s": 0.1 * i, "ep_return": 1.0,
+             "ep_cost": [0.0, 1.0], "multipliers": [], **({"late_key": 5} if i == 2 else {})})
+        assert len(pd.read_csv(path)) == i + 1  # a whole table after every record
+    log.close()
+    df = pd.read_csv(path)
+    assert df["iteration"].tolist() == [0, 1, 2] and df["agent_iteration"].tolist() == [1, 2, 3]
+    assert list(df.columns[:6]) == ["iteration", "env_steps", "wall_s", "return", "cost_hazard", "cost_fuel"]
+    assert df["late_key"].isna().tolist() == [True, True, False]
+    assert [p.name for p in tmp_path.iterdir()] == ["progress.csv"]  # no temporary file left
+    with pytest.raises(ValueError, match="misses"):
+        log({"env_steps": 1})
+
+
+def test_run_directory_layout_and_config(toy_results: Path):
+    path = run_path(toy_results)
+    assert sorted(p.name for p in path.iterdir() if not p.name.startswith(".")) == [
+        "config.json", "done.json", "eval.csv", "progress.csv"
+    ]
+    config = json.loads((path / "config.json").read_text())
+    assert config["run"] == {"task": TASK, "algo": TOY, "seed": 0, "steps": 300, "eval_episodes": 6,
+                             "config": {}, "save_agent": False}
+    assert config["task"]["optimum"]["constrained_return"] == pytest.approx(1.2)
+    assert {"python", "numpy", "torch", "gymnasium", "stable_baselines3", "constrained_grpo"} <= set(config["versions"])
+    assert config["command"].startswith(f"cgrpo train {TASK} {TOY} --seed 0 --steps 300")
+    done = json.loads((path / "done.json").read_text())
+    assert done["progress_rows"] == len(pd.read_csv(path / "progress.csv"))
+    assert done["eval_rows"] == 6
+
+
+def test_execute_run_reports_failure_with_traceback(tmp_path: Path):
+    spec = RunSpec(TASK, TOY, 0, 200, 2, {"crash": "always"}, False)
+    outcome = execute_run(spec, tmp_path)
+    assert outcome.status == "failed" and "toy agent crash" in outcome.error
+    path = spec.run_dir(tmp_path)
+    assert "toy agent crash" in (path / "error.txt").read_text()
+    assert not storage.is_complete(path)
+    with pytest.raises(ResultsError, match="not complete"):
+        load_results(tmp_path)
+
+
+# ------------------------------------------------------------------------------- loader
+
+
+def test_load_results_builds_the_long_table(toy_results: Path):
+    res = load_results(toy_results)
+    t = res.table
+    assert list(t.columns[: len(CORE_COLUMNS)]) == list(CORE_COLUMNS)
+    assert {"cost_hazard", "cost_fuel", "lambda_hazard", "lambda_fuel", "eff_w_reward"} <= set(t.columns)
+    assert sorted(t.groupby(["algo", "seed"]).groups) == [(TOY, 0), (TOY, 1), (TOY_UNCONSTRAINED, 0), (TOY_UNCONSTRAINED, 1)]
+    assert set(t["kind"]) == {"train", "eval"} and (t["suite"] == "gridworld").all()
+    assert t["seed"].dtype == np.int64 and t["env_steps"].dtype == np.int64
+    un = t[t["algo"] == TOY_UNCONSTRAINED]
+    assert un["lambda_hazard"].isna().all()
+    con = t[(t["algo"] == TOY) & (t["seed"] == 0)]
+    assert (con[con["kind"] == "eval"]["lambda_hazard"] == con[con["kind"] == "train"]["lambda_hazard"].iloc[-1]).all()
+    assert len(con[con["kind"] == "eval"]) == 6
+    assert res.tasks[TASK].optimum_return == pytest.approx(1.2)
+    assert [p.name for p in find_runs(toy_results)] == ["seed_0", "seed_1", "seed_0", "seed_1"]
+
+
+def _rewrite_csv(path: Path, edit) -> None:
+    df = pd.read_csv(path)
+    df = edit(df)
+    df.to_csv(path, index=False)
+
+
+def test_missing_column_is_named(results_copy: Path):
+    path = run_path(results_copy) / "progress.csv"
+    _rewrite_csv(path, lambda df: df.drop(columns=["cost_hazard"]))
+    with pytest.raises(ResultsError, match=r"progress\.csv: missing column\(s\) \['cost_hazard'\]"):
+        load_results(results_copy)
+
+
+def test_nan_in_eval_is_an_error(results_copy: Path):
+    path = run_path(results_copy) / "eval.csv"
+    _rewrite_csv(path, lambda df: df.assign(**{"return": [np.nan] + df["return"].tolist()[1:]}))
+    with pytest.raises(ResultsError, match=r"eval\.csv: column 'return' has empty or NaN cells at row\(s\) \[0\]"):
+        load_results(results_copy)
+
+
+def test_wrong_type_is_an_error(results_copy: Path):
+    path = run_path(results_copy) / "progress.csv"
+    _rewrite_csv(path, lambda df: df.assign(env_steps=["abc"] + df["env_steps"].astype(str).tolist()[1:]))
+    with pytest.raises(ResultsError, match=r"column 'env_steps' must hold numbers; row 0 has 'abc'"):
+        load_results(results_copy)
+
+
+def test_unknown_algorithm_is_an_error(results_copy: Path):
+    cfg_path = run_path(results_copy) / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["run"]["algo"] = "no-such-algo"
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ResultsError, match=r"unknown algorithm 'no-such-algo'; registered:"):
+        load_results(results_copy)
+
+
+def test_half_written_file_is_detected(results_copy: Path):
+    path = run_path(results_copy) / "progress.csv"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:-2]))  # as if a plain (non-atomic) writer had been killed
+    with pytest.raises(ResultsError, match=r"has \d+ rows but .*done\.json records"):
+        load_results(results_copy)
+
+
+def test_incomplete_runs_are_listed_not_dropped(results_copy: Path):
+    (run_path(results_copy, TOY, 1) / "done.json").unlink()
+    with pytest.raises(ResultsError, match="1 run\\(s\\) .* are not complete"):
+        load_results(results_copy)
+    res = load_results(results_copy, allow_incomplete=True)
+    assert res.incomplete == (run_path(results_copy, TOY, 1),)
+    assert not ((res.table["algo"] == TOY) & (res.table["seed"] == 1)).any()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+@pytest.fixture(scope="module")
+def good_table(toy_results: Path) -> tuple[pd.DataFrame, dict]:
+    res = load_results(toy_results)
+    return res.table, res.tasks
+
+
+def test_validate_accepts_the_loaded_table(good_table):
+    table, tasks = good_table
+    out, _ = validate_table(table, tasks)
+    pd.testing.assert_frame_equal(out, table)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.drop(columns=["env_steps"]), r"missing column\(s\) \['env_steps'\]"),
+        (lambda t: t.assign(extra=1.0), r"unknown column\(s\) \['extra'\]"),
+        (lambda t: t.assign(kind=t["kind"].replace("eval", "test")), r"'kind' must be 'train' or 'eval'"),
+        (lambda t: t.assign(seed=0.5), r"'seed' must hold integers"),
+        (lambda t: t.drop(columns=["cost_fuel"]), r"missing column\(s\) \['cost_fuel'\]"),
+        (lambda t: t.assign(cost_mud=1.0), r"\['cost_mud'\] name no constraint"),
+        (lambda t: t[t["kind"] == "train"], r"has only \['train'\] rows"),
+        (lambda t: t.assign(task="Grid/Nope-v0"), r"unknown task 'Grid/Nope-v0'"),
+        (lambda t: t.assign(lambda_hazard=np.where(np.arange(len(t)) == 0, np.nan, 1.0)), r"must be all filled"),
+        (lambda t: pd.concat([t, t.iloc[[0]]]), r"train iteration 0 appears twice"),
+    ],
+)
+def test_validate_rejects_malformed_tables(good_table, edit, message):
+    table, tasks = good_table
+    with pytest.raises(ResultsError, match=message):
+        validate_table(edit(table.copy()), {} if "Nope" in message else tasks)
+
+
+def test_train_rows_may_lack_an_estimate_but_not_everywhere(good_table):
+    table, tasks = good_table
+    t = table.copy()
+    first_train = t.index[t["kind"] == "train"][0]
+    t.loc[first_train, "return"] = np.nan  # an iteration that finished no episode
+    validate_table(t, tasks)
+    t.loc[t["kind"] == "train", "return"] = np.nan
+    with pytest.raises(ResultsError, match="empty in every train row"):
+        validate_table(t, tasks)
+    assert math.isnan(float(t.loc[first_train, "return"]))
