@@ -1,6 +1,7 @@
 import pytest
 
 import constrained_grpo
+from constrained_grpo import registry
 from constrained_grpo.registry import (
     AgentSpec,
     agent_spec,
@@ -10,6 +11,13 @@ from constrained_grpo.registry import (
     register_agent,
     validate_log_record,
 )
+
+
+@pytest.fixture(autouse=True)
+def _private_registry(monkeypatch):
+    """Names registered here stay in this module: other tests compare against the registry."""
+    registry.list_agents()  # load the built-in algorithms first
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
 
 def _factory(env_id, seed=0, **config):
