@@ -23,8 +23,11 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The main job: the quick benchmark sweep (every registered algorithm on the 2-constraint
+# gridworld, 3 seeds), then its leaderboard with confidence intervals.
 demo: $(STAMP)
-	$(PY) -m constrained_grpo.envs.gridworld.demo --episodes 50
+	$(VENV)/bin/cgrpo bench --preset quick --out runs/quick
+	$(VENV)/bin/cgrpo leaderboard runs/quick
 
 bench: $(STAMP)
 	$(PY) -m constrained_grpo.eval.speed --out results/bench
