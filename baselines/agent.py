@@ -19,7 +19,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,10 +45,10 @@ __all__ = [
     "BASELINES",
     "BaselineAgent",
     "BaselineSpec",
+    "load_agent",
     "make_baseline",
     "make_pid_lag",
     "make_ppo",
-    "load_agent",
     "make_ppo_lag",
     "sb3_ppo_kwargs",
 ]
@@ -61,13 +61,19 @@ SAVE_FORMAT = 1
 _ACTIVATION_FN: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
+@dataclass(frozen=True)
 class BaselineSpec:
-    """One registered baseline: its config class, preset (defaults) and description."""
+    """One registered baseline.
 
-    def __init__(self, config_cls: type[PPOConfig], preset: Mapping[str, Any], description: str):
-        self.config_cls = config_cls
-        self.preset = dict(preset)
-        self.description = description
+    Attributes:
+        config_cls: ``PPOConfig`` (unconstrained) or ``PPOLagConfig``.
+        preset: options that override the config class's defaults for this name.
+        description: one line for listings.
+    """
+
+    config_cls: type[PPOConfig]
+    preset: Mapping[str, Any]
+    description: str
 
     @property
     def constrained(self) -> bool:
@@ -80,11 +86,13 @@ BASELINES: dict[str, BaselineSpec] = {
     "ppo-lag": BaselineSpec(
         PPOLagConfig,
         {},
-        "PPO-Lagrangian on stable-baselines3: cost critic, cost GAE, Adam multipliers (Ray et al. 2019)",
+        "PPO-Lagrangian on stable-baselines3: cost critic, cost GAE, dual-ascent multipliers (Ray et al. 2019)",
     ),
     "pid-lag": BaselineSpec(
         PPOLagConfig,
-        {"multiplier_rule": "pid", "multiplier_kp": 1.0, "multiplier_ki": 0.05, "multiplier_kd": 0.5},
+        # Ki = the dual-ascent step of ppo-lag; Kp adds a response to the (EMA-smoothed)
+        # relative violation itself, Kd one to a rising episodic cost (Stooke et al. 2020).
+        {"multiplier_rule": "pid", "multiplier_kp": 0.05, "multiplier_ki": 0.01, "multiplier_kd": 0.01},
         "PID-Lagrangian on stable-baselines3 (Stooke, Achiam & Abbeel 2020)",
     ),
 }

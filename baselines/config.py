@@ -38,15 +38,15 @@ class PPOConfig:
     n_envs: int = 8
     """Env copies stepped together (SB3 ``DummyVecEnv``); one rollout is
     ``n_envs * n_steps`` env steps."""
-    n_steps: int = 256
+    n_steps: int = 512
     """Steps per env copy and rollout (SB3 ``n_steps``)."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Task options passed to ``gymnasium.make`` (Contract 1: constructor keywords)."""
 
     # --- optimisation (SB3 PPO) -------------------------------------------------
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-4
     """Adam step size of actor and critics."""
-    n_epochs: int = 10
+    n_epochs: int = 5
     """Passes over each rollout."""
     batch_size: int = 256
     """Minibatch size."""
@@ -66,9 +66,13 @@ class PPOConfig:
     """Reward discount."""
     gae_lambda: float = 0.95
     """GAE lambda (Schulman et al. 2016)."""
-    normalize_advantage: bool = True
+    normalize_advantage: bool = False
     """Standardize the reward advantage (SB3: per minibatch; PPO-Lagrangian: over the
-    rollout, before the mix)."""
+    rollout, before the mix). Off by default: a constrained optimum mixes routes whose
+    (Lagrangian) values are nearly equal, and standardizing those nearly-zero advantages
+    blows their noise up to unit scale, which drives the policy to a deterministic route
+    it never leaves (seen on Grid/HazardFuel-v0); raw advantages leave the entropy
+    bonus in charge there."""
 
     # --- network and runtime -------------------------------------------------------
     net_arch: tuple[int, ...] = (64, 64)
@@ -138,7 +142,9 @@ class PPOConfig:
 
 
 def _default_multiplier() -> MultiplierConfig:
-    return MultiplierConfig(rule="adam", lr=0.05, init=0.0, lambda_max=100.0, normalize=True)
+    # Dual ascent on the relative violation (J - d) / d: a step of 0.01 per unit of relative
+    # violation suits raw advantages whose rewards are O(1) (tuned on Grid/HazardFuel-v0).
+    return MultiplierConfig(rule="dual_ascent", lr=0.01, init=0.0, lambda_max=100.0, normalize=True)
 
 
 @dataclass(frozen=True)
@@ -161,10 +167,11 @@ class PPOLagConfig(PPOConfig):
     """Hidden sizes of the cost critic; None: ``net_arch``."""
 
     # --- the advantage mix ------------------------------------------------------------
-    cost_advantage_norm: str = "standardize"
-    """Per-constraint normalisation of ``A_ck`` over the rollout: ``standardize``
-    (zero mean, unit std, 0 where the std is 0: lambda_k is then unit-free, as in the
-    Constrained GRPO paper's ScAdv), ``center`` (OmniSafe: mean only) or ``none``."""
+    cost_advantage_norm: str = "center"
+    """Per-constraint normalisation of ``A_ck`` over the rollout: ``center`` (OmniSafe:
+    mean only, so lambda_k is in reward units per cost unit), ``standardize`` (zero mean,
+    unit std, 0 where the std is 0: lambda_k unit-free, as in the Constrained GRPO
+    paper's ScAdv; pair it with ``normalize_advantage``) or ``none``."""
 
     # --- Lagrange multipliers ------------------------------------------------------------
     limits: Mapping[str, float] | tuple[float, ...] | None = None

@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.baselines.agent import BASELINES
+from constrained_grpo.constraints import get_constraints
 from constrained_grpo.registry import make_agent, validate_log_record
 from constrained_grpo.tasks import make_env
 
-__all__ = ["RunSummary", "final_figures", "main", "run_one"]
+__all__ = ["RunSummary", "final_figures", "main", "plot_runs", "run_one"]
 
 FINAL_FRACTION = 0.2
 TOLERANCE = 0.1
@@ -157,6 +158,42 @@ def run_one(
     )
 
 
+def plot_runs(out: Path, algos: Sequence[str], limits: Sequence[float], names: Sequence[str],
+              optimum: float | None) -> Path:
+    """``out/curves.png``: return, each cost (with its limit) and each multiplier against
+    env steps, one line per seed, one colour per algorithm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    from matplotlib.ticker import FuncFormatter
+
+    panels = ["ep_return", *[f"cost_{n}" for n in names], *[f"lambda_{n}" for n in names]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.4))
+    for colour, algo in zip(("C0", "C1", "C2", "C3", "C4"), algos):
+        for i, progress in enumerate(sorted(out.glob(f"{algo}_seed*/progress.csv"))):
+            frame = pd.read_csv(progress)
+            for ax, col in zip(axes, panels):
+                if col in frame:
+                    ax.plot(frame["env_steps"], frame[col], color=colour, alpha=0.6, lw=1,
+                            label=algo if i == 0 else None)
+    for ax, col in zip(axes, panels):
+        ax.set_title(col)
+        ax.set_xlabel("env steps (thousands)")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e3:.0f}"))
+        if col.startswith("cost_"):
+            ax.axhline(limits[names.index(col[5:])], color="k", ls="--", lw=1)
+        if col == "ep_return" and optimum is not None:
+            ax.axhline(optimum, color="k", ls="--", lw=1)
+    axes[0].legend()
+    fig.tight_layout()
+    path = out / "curves.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
+
+
 def _options_for(algo: str, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """The ``--set`` options that ``algo`` has (all of them for a non-baseline algorithm)."""
     spec = BASELINES.get(algo)
@@ -199,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     env = make_env(args.task)
     optimum_fn = getattr(env.unwrapped, "optimum", None)
     optimum = float(optimum_fn().constrained_return) if callable(optimum_fn) else None
+    constraints = get_constraints(env)
     env.close()
     args.out.mkdir(parents=True, exist_ok=True)
     summaries: list[RunSummary] = []
@@ -223,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         for s in summaries
     ]
     _write_csv(args.out / "summary.csv", rows)
+    names = [c.name for c in constraints]
+    print(f"curves: {plot_runs(args.out, args.algos, [c.limit for c in constraints], names, optimum)}")
     for algo in args.algos:
         mine = [s for s in summaries if s.algo == algo]
         print(f"{algo}: {sum(s.meets_criterion for s in mine)}/{len(mine)} seeds meet the criterion "

@@ -7,7 +7,7 @@ For ``max_pi J_r(pi)  s.t.  J_k(pi) <= d_k`` (k = 1..K) one iteration is
 2. reward GAE ``A_r`` and, per constraint, cost GAE ``A_ck``;
 3. one multiplier step from ``Jhat_k``, the mean episodic cost of the episodes that
    ended in this rollout (the last ``cost_window`` episodes if none ended), with any
-   rule of :mod:`constrained_grpo.multipliers` (Adam for PPO-Lag, PID for PID-Lag);
+   rule of :mod:`constrained_grpo.multipliers` (dual ascent for PPO-Lag, PID for PID-Lag);
 4. the actor's advantage, with normalised ``A_r`` and ``A_ck`` (one hook,
    :func:`lagrangian_advantage`, like OmniSafe's ``_compute_adv_surrogate``):
 
@@ -119,7 +119,7 @@ class PPOLagrangian(PPO):
         cost_gae_lambda: float | None = None,
         cost_vf_coef: float = 0.5,
         cost_net_arch: Sequence[int] | None = None,
-        cost_advantage_norm: str = "standardize",
+        cost_advantage_norm: str = "center",
         cost_window: int = 100,
         normalize_advantage: bool = True,
         policy_kwargs: dict[str, Any] | None = None,

@@ -312,18 +312,24 @@ class RunOutcome:
 
 
 def _seed_everything(seed: int) -> None:
+    """Seed the global generators, torch's included, whichever process runs the run.
+
+    (An agent that relied on global seeding would otherwise differ between ``cgrpo
+    train``, where torch may not be imported yet, and a sweep worker, where it is.)
+    """
+    import torch
+
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.manual_seed(seed)
+    torch.manual_seed(seed)
 
 
 def _limit_threads() -> None:
     """One intra-op thread: the sweep parallelises over runs, and results then do not
     depend on the machine's core count (a multi-threaded reduction may sum in another order)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.get_num_threads() != 1:
+    import torch
+
+    if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
 
 

@@ -23,17 +23,31 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
-from constrained_grpo.agents.config import GRPOConfig, make_config
+from constrained_grpo.agents.config import GRPOConfig, make_config, merge_options
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import make_env, rollout_episodes
 
-__all__ = ["GRPOAgent", "load_agent", "make_grpo_agent"]
+__all__ = ["CONTROL_OVERRIDES", "GRPOAgent", "load_agent", "make_grpo_agent"]
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 STATE_FILE = "state.json"
+
+#: The control family's knobs, applied on top of every GRPO preset (the text agent applies
+#: its own ``TEXT_PRESETS`` instead, so these do not leak into a language model's run).
+#: Tuned on Grid/HazardFuel-v0 (issue 3); why each value:
+#:
+#: - ``entropy_coef``: GRPO's z-scores blow a single deviating episode up to +-sqrt(G-1)
+#:   in a near-deterministic group, which collapses the policy onto the first route it
+#:   finds; the bonus keeps it exploring long enough to find the far gem route.
+#: - ``multiplier.normalize``: the hazard limit is a rate (0.1) and the fuel limit a step
+#:   count (12); dividing the violation by the limit lets one step size serve both.
+CONTROL_OVERRIDES: dict[str, Any] = {
+    "entropy_coef": 0.05,
+    "multiplier": {"rule": "dual_ascent", "lr": 0.02, "normalize": True},
+}
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -50,14 +64,15 @@ class GRPOAgent:
         seed: fixes the policy init, the group reset seeds and the action sampling.
         preset: ``quick``, ``standard`` or ``paper`` (:data:`~constrained_grpo.agents.config.PRESETS`).
         algo: the registry name, recorded in ``config.json``.
-        **options: :class:`~constrained_grpo.agents.config.GRPOConfig` fields.
+        **options: :class:`~constrained_grpo.agents.config.GRPOConfig` fields, applied on
+            top of the preset and :data:`CONTROL_OVERRIDES` (a ``multiplier`` dict merges).
     """
 
     def __init__(self, env_id: str, seed: int = 0, preset: str = "standard", algo: str = "cgrpo", **options: Any):
         self.env_id = env_id
         self.seed = int(seed)
         self.algo = algo
-        self.config: GRPOConfig = make_config(preset, **options)
+        self.config: GRPOConfig = make_config(preset, **merge_options(CONTROL_OVERRIDES, options))
         cfg = self.config
         if cfg.num_threads > 0:
             # Small MLPs run fastest single-threaded, and the machine is shared.
@@ -163,10 +178,8 @@ def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> GRPOAgent:
     from constrained_grpo.agents.variants import VARIANTS
 
     algo = config.get("algo", "cgrpo")
-    variant_mult = dict(VARIANTS[algo].options.get("multiplier", {})) if algo in VARIANTS else {}
-    if isinstance(config.get("multiplier"), dict) and variant_mult:
-        config = {**config, "multiplier": {**variant_mult, **config["multiplier"]}}
-    return GRPOAgent(env_id, seed=seed, **config)
+    variant = VARIANTS[algo].options if algo in VARIANTS else {}
+    return GRPOAgent(env_id, seed=seed, **merge_options(variant, config))
 
 
 def load_agent(path: str | Path) -> GRPOAgent:

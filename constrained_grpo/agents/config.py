@@ -17,7 +17,7 @@ from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
 from constrained_grpo.multipliers import MultiplierConfig
 
-__all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config"]
+__all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config", "merge_options"]
 
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 
@@ -242,6 +242,22 @@ PRESETS: dict[str, GRPOConfig] = {
     # Larger groups and batches, slower but less noisy multiplier estimates.
     "paper": GRPOConfig(num_groups=32, group_size=16, epochs=2, minibatches=8),
 }
+
+
+def merge_options(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge option dicts left to right; ``multiplier`` dicts merge key by key.
+
+    >>> merge_options({"lr": 1e-3, "multiplier": {"rule": "pid"}}, {"multiplier": {"kp": 0.5}})
+    {'lr': 0.001, 'multiplier': {'rule': 'pid', 'kp': 0.5}}
+    """
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key == "multiplier" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = dict(value) if key == "multiplier" and isinstance(value, Mapping) else value
+    return merged
 
 
 def make_config(preset: str = "standard", **overrides: Any) -> GRPOConfig:

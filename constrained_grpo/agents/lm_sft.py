@@ -108,6 +108,11 @@ def supervised_warm_start(
     # order, so padding (which costs as much compute as real tokens) stays small; the
     # window spans several batches so that a batch still mixes styles of similar length.
     order = np.argsort([len(s) for s in seqs], kind="stable")
+    # The loss is a token *sum* divided by a constant (batch size x mean completion length
+    # of the whole set), not by the batch's own token count: with bucketing, a per-batch
+    # mean would weight each example by 1 / (length of its bucket) and under-learn the long
+    # styles (measured: verbose openers at a fifth of their share in the data).
+    mean_targets = float(np.mean([len(s) - p for s, p in zip(seqs, prompt_lens)]))
     window = min(len(seqs), bucket_batches * batch_size)
     for step in range(steps):
         start_at = int(rng.integers(0, len(seqs) - window + 1))
@@ -116,7 +121,7 @@ def supervised_warm_start(
         logits = model(ids, valid)[:, :-1]
         targets = ids[:, 1:]
         m = target_mask[:, :-1]
-        loss = torch.nn.functional.cross_entropy(logits[m], targets[m])
+        loss = torch.nn.functional.cross_entropy(logits[m], targets[m], reduction="sum") / (len(index) * mean_targets)
         for group in opt.param_groups:
             group["lr"] = lr_at(step)
         opt.zero_grad(set_to_none=True)

@@ -85,7 +85,7 @@ class LMConfig:
     # --- sampling -------------------------------------------------------------------
     temperature: float = 1.0
     """The policy is ``softmax(logits / temperature)``, for sampling and for the ratio alike."""
-    max_new_tokens: int = 96
+    max_new_tokens: int = 128
     """Cap on a completion's tokens; a longer one is cut (unfinished) and usually costs."""
 
     # --- supervised warm start ------------------------------------------------------

@@ -84,19 +84,22 @@ def find_safety_python() -> str:
     if override:
         if not (os.path.isfile(override) and os.access(override, os.X_OK)):
             raise BridgeUnavailable(
-                f"{SAFETY_PYTHON_ENV}={override!r} is not an executable file; unset it and "
-                f"{SAFETY_FIX.split(', or set')[0]}, or point it at an existing interpreter"
+                f"{SAFETY_PYTHON_ENV}={override!r} is not an executable file; point it at the python "
+                "of an environment with safety-gymnasium 1.0.0, or unset it and run `make safety` "
+                "in the repository root"
             )
         return override
     searched = record_paths()
     for path in searched:
-        if path.is_file():
+        try:
             python = json.loads(path.read_text())["python"]
-            if os.path.isfile(python) and os.access(python, os.X_OK):
-                return python
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # absent or unreadable: `make safety` rewrites it
+        if os.path.isfile(python) and os.access(python, os.X_OK):
+            return python
     raise BridgeUnavailable(
         "Safety-Gymnasium tasks run in a second Python environment, which is not built here "
-        f"(no {SAFETY_PYTHON_ENV}, no record at {[str(p) for p in searched]}). To fix: {SAFETY_FIX}."
+        f"(no {SAFETY_PYTHON_ENV}, no usable record at {[str(p) for p in searched]}). To fix: {SAFETY_FIX}."
     )
 
 
@@ -214,7 +217,8 @@ class LegacyBridge:
         except OSError as exc:
             self._stderr.close()
             raise BridgeUnavailable(f"{self.label}: cannot start {python!r} ({exc}). To fix: {self._fix()}.") from None
-        self._finalizer = weakref.finalize(self, _stop, self._proc, os.getpid(), 2.0)
+        self._owner = os.getpid()
+        self._finalizer = weakref.finalize(self, _stop, self._proc, self._owner, 2.0)
         request = {
             "cmd": "make",
             "maker": self.maker,

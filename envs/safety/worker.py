@@ -64,9 +64,18 @@ def _pad(n: int) -> int:
     return -n % _ALIGN
 
 
+_PLAIN = frozenset([float, int, str, bool, type(None)])
+_JSON_OUT = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps(separators=...) builds one per call
+_JSON_IN = json.JSONDecoder()
+_DTYPES: Dict[str, np.dtype] = {}
+
+
 def _pack(obj: Any, blobs: List[np.ndarray]) -> Any:
     """The JSON tree of ``obj``, with its arrays moved to ``blobs``."""
-    if isinstance(obj, np.ndarray):
+    kind = type(obj)  # exact-type checks first: this runs for every value of every step
+    if kind in _PLAIN:
+        return obj
+    if kind is np.ndarray:
         if obj.dtype.kind not in _KINDS:
             raise TypeError(
                 f"cannot send an array of dtype {obj.dtype} across the bridge; only bool, "
@@ -74,21 +83,23 @@ def _pack(obj: Any, blobs: List[np.ndarray]) -> Any:
             )
         blobs.append(obj)  # tobytes() below writes C order whatever the strides
         return {_ND: len(blobs) - 1}
-    if isinstance(obj, np.generic):  # numpy scalars travel as JSON numbers (exact: repr round-trips)
-        return obj.item()
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
     if isinstance(obj, dict):
         out = {}
         for key, value in obj.items():
-            if not isinstance(key, str) or key in (_ND, _TUPLE):
+            if type(key) is not str or key in (_ND, _TUPLE):
                 raise TypeError(f"cannot send dict key {key!r} across the bridge; keys must be strings")
             out[key] = _pack(value, blobs)
         return out
-    if isinstance(obj, tuple):
-        return {_TUPLE: [_pack(v, blobs) for v in obj]}
     if isinstance(obj, list):
         return [_pack(v, blobs) for v in obj]
+    if isinstance(obj, tuple):
+        return {_TUPLE: [_pack(v, blobs) for v in obj]}
+    if isinstance(obj, np.generic) and obj.dtype.kind in _KINDS:  # numpy scalars: JSON numbers (repr is exact)
+        return obj.item()
+    if isinstance(obj, (bool, int, float, str)):  # subclasses, e.g. enum.IntEnum
+        return obj
+    if isinstance(obj, np.ndarray):
+        return _pack(np.asarray(obj), blobs)
     raise TypeError(
         f"cannot send a {type(obj).__name__} across the bridge; messages hold None, bool, int, "
         "float, str, lists, tuples, str-keyed dicts and numeric numpy arrays"
@@ -96,13 +107,14 @@ def _pack(obj: Any, blobs: List[np.ndarray]) -> Any:
 
 
 def _unpack(obj: Any, arrays: List[np.ndarray]) -> Any:
-    if isinstance(obj, dict):
+    kind = type(obj)
+    if kind is dict:
         if _ND in obj:
             return arrays[obj[_ND]]
         if _TUPLE in obj:
             return tuple(_unpack(v, arrays) for v in obj[_TUPLE])
         return {k: _unpack(v, arrays) for k, v in obj.items()}
-    if isinstance(obj, list):
+    if kind is list:
         return [_unpack(v, arrays) for v in obj]
     return obj
 
@@ -111,9 +123,7 @@ def encode(msg: Any) -> List[bytes]:
     """The payload of ``msg`` as a list of byte chunks (header, blobs, padding)."""
     blobs: List[np.ndarray] = []
     tree = _pack(msg, blobs)
-    header = json.dumps(
-        {"msg": tree, "blobs": [[b.dtype.str, list(b.shape)] for b in blobs]}, separators=(",", ":")
-    ).encode()
+    header = _JSON_OUT.encode({"msg": tree, "blobs": [[b.dtype.str, b.shape] for b in blobs]}).encode()
     chunks = [_HEADER.pack(len(header)), header, bytes(_pad(_HEADER.size + len(header)))]
     for b in blobs:
         raw = b.tobytes()  # one copy: the pipe write needs bytes anyway
@@ -126,16 +136,20 @@ def decode(payload: bytearray) -> Any:
     (hlen,) = _HEADER.unpack_from(payload, 0)
     start = _HEADER.size
     try:
-        header = json.loads(bytes(payload[start:start + hlen]))
+        header = _JSON_IN.decode(payload[start:start + hlen].decode())
     except ValueError as exc:
         raise ProtocolError(f"bad frame header: {exc}") from None
     offset = start + hlen
     offset += _pad(offset)
     arrays = []
     for dtype_str, shape in header["blobs"]:
-        dtype = np.dtype(dtype_str)
-        count = int(np.prod(shape, dtype=np.int64)) if shape else 1
-        arrays.append(np.frombuffer(payload, dtype=dtype, count=count, offset=offset).reshape(tuple(shape)))
+        dtype = _DTYPES.get(dtype_str)
+        if dtype is None:
+            dtype = _DTYPES[dtype_str] = np.dtype(dtype_str)
+        count = 1
+        for n in shape:
+            count *= n
+        arrays.append(np.frombuffer(payload, dtype=dtype, count=count, offset=offset).reshape(shape))
         nbytes = count * dtype.itemsize
         offset += nbytes + _pad(nbytes)
     return _unpack(header["msg"], arrays)
@@ -378,7 +392,10 @@ def serve(fd_in: int, fd_out: int) -> None:
                 raise ValueError(f"unknown request {cmd!r}")
         except Exception:  # the env's own error goes back to the caller, who raises it
             reply = {"error": traceback.format_exc()}
-        write_frame(fd_out, reply)
+        try:
+            write_frame(fd_out, reply)
+        except TypeError:  # an info value with no wire form: encoding fails before any byte is sent
+            write_frame(fd_out, {"error": traceback.format_exc()})
 
 
 def _check(maker: str, env_id: str, record: str) -> None:

@@ -16,7 +16,7 @@ import constrained_grpo.envs
 from constrained_grpo.baselines import BaselineAgent, PPOLagConfig, load_agent
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
 from constrained_grpo.constraints import ConstraintError, CostContractError
-from constrained_grpo.multipliers import AdamMultiplier, PIDMultiplier
+from constrained_grpo.multipliers import DualAscentMultiplier, PIDMultiplier
 from constrained_grpo.registry import EvalResult, agent_spec, list_agents, make_agent, validate_log_record
 from constrained_grpo.tasks import make_env
 
@@ -43,7 +43,7 @@ def test_registry_names_and_kinds() -> None:
     assert agent_spec("ppo-lag").constrained and agent_spec("pid-lag").constrained
     ppo, lag, pid = (make_agent(name, TASK, seed=0, **TINY) for name in ALGOS)
     assert type(ppo.model) is PPO and ppo.multipliers.size == 0
-    assert isinstance(lag.model, PPOLagrangian) and isinstance(lag.model.multiplier, AdamMultiplier)
+    assert isinstance(lag.model, PPOLagrangian) and isinstance(lag.model.multiplier, DualAscentMultiplier)
     assert isinstance(pid.model, PPOLagrangian) and isinstance(pid.model.multiplier, PIDMultiplier)
     assert lag.model.policy.cost_value_net[-1].out_features == 2
 

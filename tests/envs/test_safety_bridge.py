@@ -42,10 +42,11 @@ class Toy:
     metadata = {}
     spec = None
 
-    def __init__(self, crash_at=None, length=5):
+    def __init__(self, crash_at=None, length=5, object_info_at=None):
         self.observation_space = spaces.Box(-np.inf, np.inf, (2,), np.float64)
         self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.crash_at, self.length, self.t, self.seed = crash_at, length, 0, 0
+        self.object_info_at = object_info_at
 
     def reset(self, seed=None, options=None):
         if seed is not None:
@@ -64,7 +65,8 @@ class Toy:
             os._exit(3)
         print("stray print on stdout")  # must not corrupt the frames
         obs = np.array([float(self.t), float(self.seed)])
-        return obs, float(action.sum()), float(self.t % 2), False, self.t >= self.length, {"t": self.t}
+        info = {"t": self.t, "obj": object()} if self.t == self.object_info_at else {"t": self.t}
+        return obs, float(action.sum()), float(self.t % 2), False, self.t >= self.length, info
 
     def close(self):
         pass
@@ -225,6 +227,15 @@ def test_remote_exception_is_raised_and_the_worker_survives(toy):
         env.step(np.array([np.nan, 0.0]))
     assert "Traceback" in str(err.value) and "Toy-v0" in str(err.value)
     env.step(np.zeros(2))
+    env.close()
+
+
+def test_info_without_a_wire_form_is_an_error_not_a_crash(toy):
+    env = LegacyBridgeEnv(**toy, legacy_kwargs={"object_info_at": 1})
+    env.reset(seed=0)
+    with pytest.raises(LegacyEnvError, match="cannot send a object"):
+        env.step(np.zeros(2))
+    assert env.step(np.zeros(2))[-1]["t"] == 2
     env.close()
 
 
