@@ -17,7 +17,7 @@ import numpy as np
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult
 
-__all__ = ["ensure_tasks_registered", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
+__all__ = ["FinalStepCosts", "ensure_tasks_registered", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
 
 TASK_PACKAGE = "constrained_grpo.envs"
 
@@ -55,13 +55,36 @@ def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.Vector
     spec = gym.spec(env_id)
     if spec.vector_entry_point is not None:
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
-    return gym.make_vec(
+    vec = gym.make_vec(
         env_id,
         num_envs=num_envs,
         vectorization_mode="sync",
         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
         **kwargs,
     )
+    return FinalStepCosts(vec)
+
+
+class FinalStepCosts(gym.vector.VectorWrapper):
+    """Puts a finished copy's last-step costs back into ``info["costs"]`` / ``info["cost"]``.
+
+    ``SyncVectorEnv`` with same-step autoreset resets a finished copy inside ``step`` and
+    reports the reset's info in row i, so the costs of the step that ended the episode
+    would read 0 there; it keeps them only in ``info["final_info"]``. The batched twins
+    report the step's costs in ``info["costs"]`` for every row, and so does this wrapper.
+    """
+
+    def step(self, actions: Any):
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        final = info.get("final_info")
+        if final is not None and "costs" in final:
+            done = np.asarray(info.get("_final_info", terminated | truncated), dtype=bool)
+            k = np.asarray(final["costs"]).shape[-1]
+            costs = np.zeros((self.num_envs, k)) if "costs" not in info else np.array(info["costs"], dtype=np.float64)
+            costs[done] = np.asarray(final["costs"], dtype=np.float64)[done]
+            info["costs"], info["_costs"] = costs, np.ones(self.num_envs, dtype=bool)
+            info["cost"], info["_cost"] = costs.sum(axis=1), np.ones(self.num_envs, dtype=bool)
+        return obs, reward, terminated, truncated, info
 
 
 def task_constraints(env_id: str, **kwargs: Any) -> tuple[Constraint, ...]:

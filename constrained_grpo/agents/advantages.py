@@ -269,8 +269,9 @@ def scadv(
     With z-scores, ``E(x_j) = Z_j``: the weight on each component is its multiplier alone.
     """
     x, lam = _check_components(x, lambdas)
-    adv_components = _estimate(x, estimator, eps, tau)  # [P, G, 1+K]
-    adv = adv_components @ signed_weights(lam, reward_weight)
+    adv_reward = _estimate(x[..., 0], estimator, eps, tau)  # [P, G]
+    adv_costs = _estimate(x[..., 1:], estimator, eps, tau)  # [P, G, K]
+    adv = reward_weight * adv_reward - adv_costs @ lam
     if normalize:
         adv = adv / (1.0 + lam.sum())
     return adv

@@ -100,7 +100,8 @@ class GRPOConfig:
 
     # --- policy network -------------------------------------------------------------
     hidden_sizes: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the MLP policy (control tasks; CleanRL's PPO)."""
+    """Hidden layer widths of the MLP policy (control tasks; CleanRL's PPO); ``()`` gives a
+    linear policy, which on a one-hot observation is a tabular one."""
     activation: str = "tanh"
     """Hidden activation of the MLP policy: ``tanh`` or ``relu``."""
     init_log_std: float = -0.5

@@ -181,7 +181,8 @@ class ControlAdapter:
     def make_policy(self, hidden_sizes: Sequence[int], activation: str, init_log_std: float) -> nn.Module:
         return make_control_policy(self.observation_space, self.action_space, hidden_sizes, activation, init_log_std)
 
-    def _env_action(self, action: torch.Tensor) -> np.ndarray:
+    def env_action(self, action: torch.Tensor) -> np.ndarray:
+        """The action as the env takes it: int64 for Discrete, clipped to the bounds for Box."""
         a = action.numpy()
         if self._discrete:
             return a.astype(np.int64)
@@ -210,7 +211,7 @@ class ControlAdapter:
             act_steps.append(action)
             logp_steps.append(logp)
             mask_steps.append(alive.copy())
-            obs, reward, terminated, truncated, info = self.env.step(self._env_action(action))
+            obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
             step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(n, k)
             returns += np.where(alive, reward, 0.0)
             costs += np.where(alive[:, None], step_costs, 0.0)

@@ -27,6 +27,9 @@ from constrained_grpo.envs.gridworld.model import (
     next_key,
     seed_key,
     task_options,
+    STEP_COUNTER,
+    counters_below,
+    draw_counters,
     uniform_draws,
 )
 
@@ -81,17 +84,14 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         self._time_col = m.obs_dim - 1
         self._max_steps = m.max_steps
         self._stochastic = o.slip > 0.0 or 0.0 < o.hazard_prob < 1.0
-        # Which counter-based draws a step needs (the same indices as the single env's).
-        self._draws = tuple(
-            ([DRAW_SLIP, DRAW_SLIP_ACTION] if o.slip > 0.0 else [])
-            + ([DRAW_HAZARD] if 0.0 < o.hazard_prob < 1.0 else [])
-        )
         self._hit = 1 if o.hazard_prob >= 1.0 else 0
         self._action_offset = np.arange(4, dtype=np.int64) * 2 + self._hit
         b = self.num_envs
         self._keys = np.zeros(b, dtype=np.uint64)
         self._base = np.full(b, self._start_base, dtype=np.int64)
         self._t = np.zeros(b, dtype=np.int64)
+        # Hash inputs of this step's hazard draws, advanced by one addition per step.
+        self._hazard_counters = np.zeros(b, dtype=np.uint64)
         self._needs_reset = True
         self._np_random = None
 
@@ -121,6 +121,7 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         self._needs_reset = False
         self._base[:] = self._start_base
         self._t[:] = 0
+        self._hazard_counters = draw_counters(self._keys, self._t, DRAW_HAZARD)
         return self._observe(), {}
 
     def step(self, actions: Any):
@@ -135,13 +136,13 @@ class BatchedGridWorld(gym.vector.VectorEnv):
         except IndexError:
             raise ValueError(f"actions must lie in 0..3, got {a[a > 3][:5].tolist()}") from None
         # Table index 8 s + 2 a + hit; hit (a hazard event) only matters on hazard cells.
-        if self._draws:
-            u = uniform_draws(self._keys, t, self._draws)
-            if o.slip > 0.0:
-                random_offset = np.take(self._action_offset, (u[:, 1] * 4).astype(np.int64))
-                offset = np.where(u[:, 0] < o.slip, random_offset, offset)
-            if 0.0 < o.hazard_prob < 1.0:
-                offset = offset + (u[:, -1] < o.hazard_prob)
+        if o.slip > 0.0:
+            u = uniform_draws(self._keys, t, (DRAW_SLIP, DRAW_SLIP_ACTION))
+            random_offset = np.take(self._action_offset, (u[:, 1] * 4).astype(np.int64))
+            offset = np.where(u[:, 0] < o.slip, random_offset, offset)
+        if 0.0 < o.hazard_prob < 1.0:
+            offset = offset + counters_below(self._hazard_counters, o.hazard_prob)
+            self._hazard_counters += STEP_COUNTER
         i = self._base + offset
         base = np.take(self._next_base, i)
         outcome = np.take(self._outcome, i, axis=0)
@@ -162,6 +163,7 @@ class BatchedGridWorld(gym.vector.VectorEnv):
             info["_final_obs"] = done
             if self._stochastic:
                 self._keys[idx] = next_key(self._keys[idx])
+                self._hazard_counters[idx] = draw_counters(self._keys[idx], 0, DRAW_HAZARD)
             base[idx] = self._start_base
             t[idx] = 0
         self._base = base

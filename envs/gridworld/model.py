@@ -45,6 +45,9 @@ __all__ = [
     "GridOptions",
     "default_layout",
     "splitmix64",
+    "draws_below",
+    "draw_counters",
+    "counters_below",
     "uniform_draw",
 ]
 
@@ -52,6 +55,7 @@ MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
 DRAW_GAMMA = 0xD1B54A32D192ED03
 EPISODE_GAMMA = 0xA0761D6478BD642F
+STEP_COUNTER = np.uint64((4 * DRAW_GAMMA) & MASK64)
 
 #: (row, col) offsets of actions 0..3: up, down, left, right.
 ACTIONS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))
@@ -74,10 +78,14 @@ DRAW_SLIP, DRAW_SLIP_ACTION, DRAW_HAZARD = 0, 1, 2
 def splitmix64(x: Any) -> Any:
     """SplitMix64 finaliser on Python ints or uint64 numpy arrays (wrapping arithmetic)."""
     if isinstance(x, np.ndarray):
+        # In place on one temporary: at B = 1024 allocation is a large share of the cost.
         z = x + np.uint64(GAMMA)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
+        z ^= z >> np.uint64(30)
+        z *= np.uint64(0xBF58476D1CE4E5B9)
+        z ^= z >> np.uint64(27)
+        z *= np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+        return z
     z = (x + GAMMA) & MASK64
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
@@ -104,6 +112,34 @@ def uniform_draws(keys: np.ndarray, t: np.ndarray, js: tuple[int, ...]) -> np.nd
     counter = (np.asarray(t, dtype=np.uint64) * np.uint64(4))[:, None] + np.asarray(js, dtype=np.uint64) + np.uint64(1)
     x = keys[:, None] + counter * np.uint64(DRAW_GAMMA)
     return (splitmix64(x) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+
+def draw_counters(keys: np.ndarray, t: Any, j: int) -> np.ndarray:
+    """The hash inputs ``k + (4 t + j + 1) * DRAW_GAMMA`` of draw ``j`` at step ``t`` (uint64).
+
+    Step t + 1's input is step t's plus ``STEP_COUNTER``, so a batched env can keep them
+    as state and advance them with one addition.
+    """
+    x = np.asarray(t, dtype=np.uint64) * STEP_COUNTER
+    x += keys
+    x += np.uint64(((j + 1) * DRAW_GAMMA) & MASK64)
+    return x
+
+
+def counters_below(x: np.ndarray, p: float) -> np.ndarray:
+    """``(splitmix64(x) >> 11) 2^-53 < p`` elementwise, in integers: bool array.
+
+    ``u = (h >> 11) 2^-53 < p`` iff ``h >> 11 < ceil(p 2^53)`` iff ``h < ceil(p 2^53) 2^11``
+    (exact for 0 <= p < 1), which skips the float conversion.
+    """
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"counters_below needs 0 <= p < 1, got {p!r}")
+    return splitmix64(x) < np.uint64(math.ceil(p * float(1 << 53)) << 11)
+
+
+def draws_below(keys: np.ndarray, t: Any, j: int, p: float) -> np.ndarray:
+    """``uniform_draw(key_i, t_i, j) < p`` for B episodes at once: bool ``(B,)``."""
+    return counters_below(draw_counters(keys, t, j), p)
 
 
 def seed_key(seed: int) -> int:

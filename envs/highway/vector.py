@@ -37,6 +37,12 @@ from constrained_grpo.envs.highway.options import HighwayOptions
 __all__ = ["HighwayVectorEnv"]
 
 
+def _default_start_method() -> str:
+    """``forkserver`` where available: forking the caller (often multi-threaded, with torch
+    loaded) can deadlock a child; ``spawn`` elsewhere."""
+    return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
 def _usable_cpus() -> int:
     """CPUs this process may run on (its affinity, e.g. under ``taskset``), else the count."""
     try:
@@ -117,7 +123,8 @@ class HighwayVectorEnv(gym.vector.VectorEnv):
         num_workers: worker processes (default: ``B`` or the CPUs this process may use,
             whichever is fewer); ``0`` or ``1``
             steps every copy in this process.
-        context: multiprocessing start method (default: the platform's).
+        context: multiprocessing start method (default: ``forkserver`` where available,
+            else ``spawn``; not ``fork``, which is unsafe in a multi-threaded parent).
         **env_kwargs: the task keywords of ``HighwayTaskEnv``.
 
     ``reset(seed=s)`` with an int seeds copy ``i`` with ``s + i`` (gymnasium's vector
@@ -150,7 +157,10 @@ class HighwayVectorEnv(gym.vector.VectorEnv):
             self._local = _Chunk(self.num_envs, self.env_kwargs)
             obs_space, act_space = self._local.spaces()
         else:
-            ctx = mp.get_context(context)
+            ctx = mp.get_context(context or _default_start_method())
+            if ctx.get_start_method() == "forkserver":
+                # The server imports highway-env once; each worker then forks from it quickly.
+                ctx.set_forkserver_preload([__name__])
             for size in sizes:
                 parent, child = ctx.Pipe()
                 proc = ctx.Process(target=_worker, args=(child, size, self.env_kwargs), daemon=True)

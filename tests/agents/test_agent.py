@@ -223,3 +223,48 @@ def test_agent_nan_in_task_stops_with_named_component(monkeypatch: pytest.Monkey
     with pytest.raises(NonFiniteRolloutError, match="iteration 2: non-finite episodic hazard"):
         agent.learn(100_000, logged.append)
     assert len(logged) == 1
+
+
+def test_option_precedence_preset_control_family_variant_user() -> None:
+    from constrained_grpo.agents.agent import CONTROL_OVERRIDES, control_defaults
+
+    grid = control_defaults("Grid/HazardFuel-v0")
+    assert grid["hidden_sizes"] == () and grid["multiplier"]["normalize"] is True
+    assert control_defaults("Grid/HazardFuelCoords-v0")["hidden_sizes"] == (64, 64)
+    assert control_defaults("Highway/Highway-v0") == CONTROL_OVERRIDES
+    agent = constrained_grpo.make_agent("cgrpo-pid", TINY, seed=0, preset="quick", hidden_sizes=(8,),
+                                        multiplier={"kp": 0.3})
+    cfg = agent.config
+    assert cfg.hidden_sizes == (8,)  # user beats the family row
+    assert cfg.multiplier.rule == "pid" and cfg.multiplier.kp == 0.3  # variant rule, user gain
+    assert cfg.multiplier.normalize is True  # control default kept
+    assert cfg.num_groups == 8  # the quick preset
+
+
+def test_gaussian_policy_log_prob_and_entropy() -> None:
+    from constrained_grpo.agents.control import GaussianMLPPolicy
+
+    torch.manual_seed(0)
+    policy = GaussianMLPPolicy(3, 2, (8,), "tanh", init_log_std=-0.5)
+    obs = torch.randn(5, 3)
+    action, logp = policy.sample(obs, torch.Generator().manual_seed(1))
+    dist = torch.distributions.Normal(policy.net(obs), policy.log_std.exp())
+    torch.testing.assert_close(logp, dist.log_prob(action).sum(-1))
+    logp2, entropy = policy.log_prob_entropy(obs, action)
+    torch.testing.assert_close(logp2, logp)
+    torch.testing.assert_close(entropy, dist.entropy().sum(-1))
+    torch.testing.assert_close(policy.mode(obs), policy.net(obs))
+
+
+def test_categorical_policy_sampling_matches_its_probabilities() -> None:
+    from constrained_grpo.agents.control import CategoricalMLPPolicy
+
+    policy = CategoricalMLPPolicy(2, 3, ())
+    with torch.no_grad():
+        policy.net[0].weight.zero_()
+        policy.net[0].bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
+    obs = torch.zeros(20_000, 2)
+    action, logp = policy.sample(obs, torch.Generator().manual_seed(0))
+    freq = torch.bincount(action, minlength=3).double() / len(action)
+    torch.testing.assert_close(freq, torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), atol=0.015, rtol=0)
+    torch.testing.assert_close(logp, torch.log(torch.tensor([0.2, 0.3, 0.5]))[action])

@@ -242,3 +242,17 @@ def test_bad_probabilities_and_actions():
 def test_model_tables_shape():
     m = GridModel(GridOptions(size=3))
     assert m.tables.next_state.shape == (9 * 8 * 4 * 2,) and m.tables.obs.shape == (72, 13)
+
+
+def test_integer_draw_comparison_matches_float_draws():
+    from constrained_grpo.envs.gridworld.model import draws_below, uniform_draw
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 2**63, size=500, dtype=np.uint64)
+    t = rng.integers(0, 60, size=500)
+    u = np.array([uniform_draw(int(k), int(s), 2) for k, s in zip(keys, t)])
+    # Thresholds at the draws themselves and one ulp either side are the edge cases.
+    for p in (0.0, 0.1, 0.5, 0.999, float(u[0]), float(np.nextafter(u[1], 0.0)), float(np.nextafter(u[2], 1.0))):
+        np.testing.assert_array_equal(draws_below(keys, t, 2, p), u < p)
+    with pytest.raises(ValueError, match="p < 1"):
+        draws_below(keys, t, 2, 1.0)

@@ -1,4 +1,5 @@
-"""A test-only agent following Contract 2, loaded by dotted path ``cgrpo_toy_agent:ToyAgent``.
+"""A test-only agent following Contract 2, loaded by dotted path ``cgrpo_toy_agent:ToyAgent``,
+and the constants the harness tests share (a uniquely named module, unlike ``conftest``).
 
 A uniformly random policy with projected dual ascent on the multipliers,
 lambda_k <- clip(lambda_k + lr (J_k - d_k) / max(d_k, 1), 0, 100), so that the logs look
@@ -21,6 +22,21 @@ import numpy as np
 from constrained_grpo.constraints import get_constraints
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import make_env, rollout_episodes
+
+HERE = Path(__file__).resolve().parent
+TOY = "cgrpo_toy_agent:ToyAgent"
+TOY_UNCONSTRAINED = "cgrpo_toy_agent:unconstrained"
+#: The 3x3 grid: K=2 like HazardFuel, and its exact optimum solves in under a second.
+TASK = "Grid/HazardFuel3x3-v0"
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child processes: this module importable, one thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [env.get("PYTHONPATH")])])
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("CGRPO_PROGRESS_FLUSH_S", None)
+    return env
 
 
 class ToyAgent:

@@ -7,7 +7,6 @@ so that worker processes and ``cgrpo`` subprocesses find it through ``PYTHONPATH
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -17,22 +16,10 @@ import pytest
 from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
 
 HERE = Path(__file__).resolve().parent
-TOY = "cgrpo_toy_agent:ToyAgent"
-TOY_UNCONSTRAINED = "cgrpo_toy_agent:unconstrained"
-#: The 3x3 grid: K=2 like HazardFuel, and its exact optimum solves in under a second.
-TASK = "Grid/HazardFuel3x3-v0"
-
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-
-def subprocess_env() -> dict[str, str]:
-    """Environment for child processes: the toy agent importable, one thread, no bars."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *filter(None, [env.get("PYTHONPATH")])])
-    env["OMP_NUM_THREADS"] = "1"
-    env.pop("CGRPO_PROGRESS_FLUSH_S", None)
-    return env
+from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TASK, TOY, TOY_UNCONSTRAINED
+from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.leaderboard import build_leaderboard, check_submission, render_html, render_markdown, write_leaderboard
 from constrained_grpo.eval.loader import ResultsError, load_results

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TASK, TOY
+from cgrpo_toy_agent import TASK, TOY
 from constrained_grpo.envs import list_tasks
 from constrained_grpo.eval.presets import DEFAULT_ALGOS, PRESETS, get_preset, resolve
 

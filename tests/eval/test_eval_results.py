@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import TASK, TOY, TOY_UNCONSTRAINED
+from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
 from constrained_grpo.eval.runner import RunSpec, execute_run

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import TASK, TOY, TOY_UNCONSTRAINED, subprocess_env
+from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED, subprocess_env
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.loader import ResultsError, load_results
 from constrained_grpo.eval.sweep import SweepConfigError, expand_grid, run_sweep
