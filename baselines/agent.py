@@ -14,6 +14,7 @@ multiplier state and the counters.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import time
@@ -36,9 +37,10 @@ from torch import nn
 from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
+from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.registry import EvalResult
-from constrained_grpo.tasks import make_env, rollout_episodes
+from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
 from constrained_grpo.wrappers import RecordEpisodeCost
 
 __all__ = [
@@ -110,6 +112,14 @@ def _probe_cost_contract(env_id: str, env_kwargs: Mapping[str, Any], seed: int) 
     """
     env = make_env(env_id, **env_kwargs)
     try:
+        if isinstance(env.observation_space, gym.spaces.Text) or isinstance(env.action_space, gym.spaces.Text):
+            family = importlib.import_module(TASK_PACKAGE).task_info(env_id).family
+            raise ValueError(
+                f"{env_id!r} is a {family!r} task: it takes and gives text, and the PPO baselines "
+                f"({', '.join(sorted(BASELINES))}) need Box or Discrete spaces for their MLP policies; "
+                f"use a GRPO agent, which trains a language model on it: make_agent('cgrpo', {env_id!r}) "
+                "(or 'grpo-screw', 'grpo'; see `cgrpo algos`)"
+            )
         constraints = get_constraints(env)
         env.reset(seed=seed)
         env.action_space.seed(seed)
@@ -347,9 +357,7 @@ class BaselineAgent:
             state["multiplier"] = lag.multiplier.state_dict()
             state["cost_window"] = [c.tolist() for c in lag.cost_window]
             state["cost_estimate"] = None if lag.cost_estimate is None else lag.cost_estimate.tolist()
-        tmp_json = path / "agent.json.tmp"
-        tmp_json.write_text(json.dumps(state, indent=2))
-        os.replace(tmp_json, path / "agent.json")
+        atomic_write_text(path / "agent.json", json.dumps(state, indent=2))
         return path
 
     def load(self, path: str | Path) -> "BaselineAgent":

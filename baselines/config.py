@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, TypeVar
 
 from constrained_grpo.multipliers import MultiplierConfig
+from constrained_grpo.options import check_options, coerce_fields, option_names, with_options
 
 __all__ = ["COST_ADVANTAGE_NORMS", "PPOConfig", "PPOLagConfig"]
 
@@ -85,6 +86,7 @@ class PPOConfig:
     """Torch device; SB3 recommends the CPU for MLP policies."""
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -112,25 +114,23 @@ class PPOConfig:
     @classmethod
     def valid_options(cls) -> list[str]:
         """Every key ``from_dict`` accepts."""
-        return sorted(f.name for f in fields(cls))
+        return option_names(cls)
 
     @classmethod
     def from_dict(cls: type[SelfConfig], data: Mapping[str, Any]) -> SelfConfig:
-        """Build from keyword options; an unknown key is an error naming the valid ones."""
-        unknown = sorted(set(data) - set(cls.valid_options()))
-        if unknown:
-            raise ValueError(
-                f"unknown option(s) {unknown} for {cls.__name__}; valid options: {cls.valid_options()}"
-            )
-        return cls(**cls._prepare(dict(data)))
+        """Build from keyword options; an unknown key is an error naming the valid ones.
+
+        Options missing from ``data`` keep their defaults; a partial ``multiplier`` dict
+        updates the default multiplier's options.
+        """
+        check_options(data, cls.valid_options(), hint=f" for {cls.__name__}")
+        return with_options(cls(), cls._prepare(dict(data)))
 
     @classmethod
     def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
-        """Turn JSON-ish values (lists, None) into the field types."""
-        if "net_arch" in data:
-            data["net_arch"] = tuple(data["net_arch"])
+        """Turn aliases and JSON nulls into field values."""
         if "env_kwargs" in data:
-            data["env_kwargs"] = dict(data["env_kwargs"] or {})
+            data["env_kwargs"] = data["env_kwargs"] or {}
         return data
 
     def to_dict(self) -> dict[str, Any]:
@@ -163,8 +163,12 @@ class PPOLagConfig(PPOConfig):
     """Cost GAE lambda; None: ``gae_lambda``."""
     cost_vf_coef: float = 0.5
     """Cost value loss weight (mean over the K heads of the squared TD(lambda) error)."""
-    cost_net_arch: tuple[int, ...] | None = None
-    """Hidden sizes of the cost critic; None: ``net_arch``."""
+    cost_net_arch: tuple[int, ...] | None = (64,)
+    """Hidden sizes of the cost critic (a separate MLP with K outputs); None: ``net_arch``.
+
+    One hidden layer: a second (64, 64) critic doubled the critic's compute and cost 22% of
+    SB3 PPO's env steps per CPU second on ``Grid/HazardFuel-v0``; (64,) costs 9% (``make
+    bench``, ``baselines.csv``) and fits the K cost-to-go values as well there."""
 
     # --- the advantage mix ------------------------------------------------------------
     cost_advantage_norm: str = "center"
@@ -208,19 +212,11 @@ class PPOLagConfig(PPOConfig):
     def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
         data = super()._prepare(data)
         multiplier = data.pop("multiplier", None)
-        if isinstance(multiplier, MultiplierConfig):
-            options = asdict(multiplier)
-        else:
-            # A partial dict updates the default rule's options rather than replacing them.
-            options = {**asdict(_default_multiplier()), **dict(multiplier or {})}
+        options = asdict(multiplier) if isinstance(multiplier, MultiplierConfig) else dict(multiplier or {})
         for key in [k for k in data if k.startswith(MULTIPLIER_PREFIX)]:
             options[key[len(MULTIPLIER_PREFIX):]] = data.pop(key)
-        data["multiplier"] = MultiplierConfig.from_dict(options)
-        if data.get("cost_net_arch") is not None:
-            data["cost_net_arch"] = tuple(data["cost_net_arch"])
-        limits = data.get("limits")
-        if limits is not None and not isinstance(limits, Mapping):
-            data["limits"] = tuple(limits)
+        if options:
+            data["multiplier"] = options  # merged into the default multiplier by from_dict
         return data
 
     def to_dict(self) -> dict[str, Any]:

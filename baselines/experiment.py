@@ -18,10 +18,8 @@ read as JSON where they parse, e.g. ``--set multiplier_lr=0.05 ent_coef=0.02``);
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -33,6 +31,7 @@ import numpy as np
 
 from constrained_grpo.baselines.agent import BASELINES
 from constrained_grpo.constraints import get_constraints
+from constrained_grpo.files import atomic_write_csv
 from constrained_grpo.registry import make_agent, validate_log_record
 from constrained_grpo.tasks import make_env
 
@@ -79,18 +78,6 @@ def final_figures(records: Sequence[Mapping[str, Any]], fraction: float = FINAL_
     return out
 
 
-def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    fields: list[str] = []
-    for row in rows:
-        fields += [k for k in row if k not in fields]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-
-
 def _flatten(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """One progress.csv row: lists become ``cost_<name>`` and ``lambda_<name>`` columns."""
     row = {k: v for k, v in record.items() if not isinstance(v, (list, tuple))}
@@ -133,10 +120,10 @@ def run_one(
     start = time.perf_counter()
     agent.learn(steps, log)
     wall = time.perf_counter() - start
-    _write_csv(run_dir / "progress.csv", [_flatten(r, names) for r in records])
+    atomic_write_csv(run_dir / "progress.csv", [_flatten(r, names) for r in records])
     # Stochastic evaluation: a constrained optimum mixes routes, which a greedy policy cannot.
     result = agent.evaluate(eval_episodes, deterministic=False)
-    _write_csv(
+    atomic_write_csv(
         run_dir / "eval.csv",
         [{"episode": i, "return": float(result.returns[i]), "length": int(result.lengths[i]),
           **{f"cost_{n}": float(c) for n, c in zip(names, result.costs[i])}} for i in range(eval_episodes)],
@@ -260,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
          "within_limits": s.within_limits, "return_ok": s.return_ok, "meets_criterion": s.meets_criterion}
         for s in summaries
     ]
-    _write_csv(args.out / "summary.csv", rows)
+    atomic_write_csv(args.out / "summary.csv", rows)
     names = [c.name for c in constraints]
     print(f"curves: {plot_runs(args.out, args.algos, [c.limit for c in constraints], names, optimum)}")
     for algo in args.algos:

@@ -257,9 +257,8 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     preset = replace(preset, config=merged)
     specs = preset.runs(save_agent=not args.no_save)
     out = args.out if args.out is not None else Path("runs") / preset.name
-    print(f"[bench] preset {preset.name}: {len(preset.resolved_tasks())} task(s) x {len(preset.algos)} algorithm(s) "
-          f"{list(preset.algos)} x {len(preset.seeds)} seed(s) = {len(specs)} runs, {preset.steps} steps each, "
-          f"backend {args.backend} -> {out}", file=sys.stderr)
+    print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
+          + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)
     report = run_sweep(specs, out, backend=args.backend, workers=args.workers, retries=args.retries,
                        ray_address=args.ray_address, progress=False if args.no_progress else None)
     print(report.summary())

@@ -17,10 +17,13 @@ rule projects onto ``[0, lambda_max]``.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+from constrained_grpo.options import with_options
 
 __all__ = [
     "MULTIPLIER_RULES",
@@ -109,13 +112,9 @@ class MultiplierConfig:
             )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "MultiplierConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> "MultiplierConfig":
         """Build from a dict; an unknown key is an error naming the valid keys."""
-        valid = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise ValueError(f"unknown multiplier option(s) {unknown}; valid: {sorted(valid)}")
-        return cls(**data)
+        return with_options(cls(), data, "multiplier")
 
 
 class Multiplier:

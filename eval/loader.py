@@ -31,6 +31,8 @@ keeps it). The same schema is the submission format (docs/leaderboard_schema.md)
 
 from __future__ import annotations
 
+import json
+
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
@@ -94,8 +96,23 @@ class Results:
         return sorted(self.table["algo"].unique())
 
 
+def _is_harness_config(path: Path) -> bool:
+    """Whether ``path`` is a harness run's ``config.json`` (it carries ``schema``).
+
+    Other tools (the acceptance experiments, saved agents) also write ``config.json``;
+    their folders may sit under the same results directory and are not runs. A file
+    that does not parse counts as a run, so that the loader reports it.
+    """
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return True
+    return not isinstance(config, dict) or "schema" in config
+
+
 def find_runs(root: str | Path) -> list[Path]:
-    """Run directories (those holding ``config.json``) under ``root``, sorted; hidden folders skipped."""
+    """Run directories (those holding a harness ``config.json``) under ``root``, sorted;
+    hidden folders and other tools' folders skipped."""
     root = Path(root)
     if not root.is_dir():
         raise ResultsError(f"results directory {root} does not exist; run `cgrpo bench --out {root}` first")
@@ -106,6 +123,8 @@ def find_runs(root: str | Path) -> list[Path]:
         if any(p.startswith(".") for p in rel):
             continue
         if any(run in config.parents for run in runs):
+            continue
+        if not _is_harness_config(config):
             continue
         runs.append(config.parent)
     return sorted(runs)

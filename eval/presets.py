@@ -1,12 +1,18 @@
 """Named benchmark grids (``cgrpo bench --preset NAME``): Python values, not YAML.
 
-A preset lists tasks, algorithms, seeds, a step budget and the evaluation episodes.
-Algorithms that are not registered when the preset is used are skipped with a
-warning, so a preset works with whatever is registered and picks up new ones.
+A preset lists tasks, algorithms, seeds, a step budget and the evaluation episodes, and
+``scopes``: what differs for one task family or one task (which algorithms can act on
+it, its seeds, its budget, config defaults). Algorithms that are not registered when
+the preset is used are skipped with a warning, so a preset works with whatever is
+registered and picks up new ones.
+
+>>> [(r.task, r.algo, r.seed, r.steps) for r in get_preset("quick").runs()][:2]
+[('Grid/HazardFuel-v0', 'cgrpo', 0, 20000), ('Grid/HazardFuel-v0', 'cgrpo', 1, 20000)]
 """
 
 from __future__ import annotations
 
+import fnmatch
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -15,19 +21,67 @@ from typing import Any
 from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.eval.sweep import expand_grid
 
-__all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "FAMILY_SCOPES", "GRPO_ALGOS", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
 
+#: Name patterns (``fnmatch``) of the GRPO family: ``cgrpo``, ``grpo-screw``, ``grpo`` and
+#: every ``cgrpo-*`` variant. Only these act on text tasks (a language-model policy); the
+#: PPO baselines' MLP policies need Box or Discrete spaces.
+GRPO_ALGOS: tuple[str, ...] = ("cgrpo", "cgrpo-*", "grpo", "grpo-*")
+
+_GRPO_NAMES: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo")
+
+
+def _is_dotted_path(algo: str) -> bool:
+    return ":" in algo
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a preset sets for the tasks of one family or for one task (a row of ``Preset.scopes``).
+
+    Every field left at None keeps the preset-wide value.
+    """
+
+    algos: tuple[str, ...] | None = None
+    """Only the preset's algorithms matching one of these ``fnmatch`` patterns run on the
+    scope's tasks (e.g. :data:`GRPO_ALGOS` for text tasks), in the preset's order; an
+    explicit ``--algos`` list is filtered the same way. A dotted path
+    (``package.module:factory``) is user code the preset cannot judge and always passes."""
+    seeds: tuple[int, ...] | None = None
+    """Seeds of the scope's runs, instead of the preset's."""
+    steps: int | None = None
+    """Env-step budget of each of the scope's runs (completions, for a text task)."""
+    eval_episodes: int | None = None
+    """Final evaluation episodes (problems, for a text task)."""
+    config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per-algorithm config defaults for the scope's runs (``{algo: {field: value}}``). The
+    preset-wide ``config``, where ``cgrpo bench --config`` lands, wins over them."""
+
+    def allows(self, algo: str) -> bool:
+        """Whether ``algo`` may run on the scope's tasks."""
+        if self.algos is None or _is_dotted_path(algo):
+            return True
+        return any(fnmatch.fnmatchcase(algo, pattern) for pattern in self.algos)
+
+
+#: Rows every preset applies first, whatever its own scopes say: what a family's tasks
+#: can run at all. A math task takes and gives text, which only the GRPO agents handle, so
+#: even ``cgrpo bench --preset quick --tasks Math/ChainSum-v0 --algos cgrpo ppo`` runs
+#: ``cgrpo`` alone there (the bench prints each task's algorithms before it starts).
+FAMILY_SCOPES: dict[str, Scope] = {"math": Scope(algos=GRPO_ALGOS)}
+
 
 @dataclass(frozen=True)
 class Preset:
-    """A benchmark grid: ``tasks x algos x seeds``, each run trained for ``steps``.
+    """A benchmark grid: ``tasks x algos x seeds``, each run trained for ``steps``, with
+    per-family and per-task changes in ``scopes``.
 
     Attributes:
         name: ``quick``, ``standard`` or ``paper``.
-        description: one line for ``--help`` and the leaderboard.
+        description: one line for ``--help`` and the leaderboard, with the expected wall time.
         tasks: task ids.
         families: task families whose every registered task is added to ``tasks``
             (so that a family's new tasks join the preset without an edit).
@@ -35,8 +89,10 @@ class Preset:
         seeds: run seeds.
         steps: env-step budget of every run.
         eval_episodes: episodes of the final deterministic evaluation.
-        task_steps: per-task budgets that replace ``steps``.
-        config: per-algorithm config overrides (``{algo: {field: value}}``).
+        config: per-algorithm config overrides (``{algo: {field: value}}``), for every task.
+        scopes: :class:`Scope` rows keyed by a task family (``"math"``) or a task id
+            (``"Math/ChainSum-v0"``). A task takes its family's row, then its own row's
+            fields that are set (its ``config`` merges per algorithm).
     """
 
     name: str
@@ -47,8 +103,19 @@ class Preset:
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 20_000
     eval_episodes: int = 20
-    task_steps: Mapping[str, int] = field(default_factory=dict)
     config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    scopes: Mapping[str, Scope] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from constrained_grpo.envs import TASKS
+
+        known = {t.env_id for t in TASKS} | {t.family for t in TASKS}
+        unknown = sorted(set(self.scopes) - known)
+        if unknown:
+            raise ValueError(
+                f"preset {self.name!r}: scopes {unknown} name no task family or task id; use one of the "
+                f"families {sorted({t.family for t in TASKS})} or a task id (see `cgrpo envs`)"
+            )
 
     def resolved_tasks(self) -> tuple[str, ...]:
         """``tasks``, then every task of ``families`` not listed yet, in registry order."""
@@ -59,17 +126,66 @@ class Preset:
             tasks += [t for t in list_tasks(family) if t not in tasks]
         return tuple(tasks)
 
+    def scope(self, task: str) -> Scope:
+        """The :class:`Scope` that applies to ``task``: the suite's row for its family
+        (:data:`FAMILY_SCOPES`), the preset's row for its family, then its own."""
+        from constrained_grpo.envs import task_info
+
+        family = task_info(task).family
+        rows = [FAMILY_SCOPES[family]] if family in FAMILY_SCOPES else []
+        rows += [self.scopes[k] for k in (family, task) if k in self.scopes]
+        merged = Scope()
+        for row in rows:
+            config = {a: {**merged.config.get(a, {}), **c} for a, c in row.config.items()}
+            merged = replace(
+                merged,
+                **{f: getattr(row, f) for f in ("algos", "seeds", "steps", "eval_episodes") if getattr(row, f) is not None},
+                config={**merged.config, **config},
+            )
+        return merged
+
+    def task_algos(self, task: str) -> tuple[str, ...]:
+        """The preset's algorithms that run on ``task``, in the preset's order."""
+        scope = self.scope(task)
+        return tuple(a for a in self.algos if scope.allows(a))
+
     def budgets(self) -> dict[str, int]:
         """Env-step budget per task."""
-        return {t: int(self.task_steps.get(t, self.steps)) for t in self.resolved_tasks()}
+        return {t: int(self.scope(t).steps or self.steps) for t in self.resolved_tasks()}
 
     def runs(self, *, save_agent: bool = True) -> list[RunSpec]:
-        """The preset's runs (its algorithms must be registered: see :func:`resolve`)."""
-        return expand_grid(
-            self.resolved_tasks(), self.algos, self.seeds, self.budgets(),
-            eval_episodes=self.eval_episodes, config=self.config, save_agent=save_agent,
-        )
+        """The preset's runs, task by task: ``task_algos(task) x seeds``, in that order
+        (its algorithms must be registered: see :func:`resolve`)."""
+        specs: list[RunSpec] = []
+        for task in self.resolved_tasks():
+            scope = self.scope(task)
+            algos = self.task_algos(task)
+            config = {a: {**scope.config.get(a, {}), **self.config.get(a, {})} for a in algos}
+            specs += expand_grid(
+                [task], algos, scope.seeds if scope.seeds is not None else self.seeds,
+                int(scope.steps or self.steps),
+                eval_episodes=int(scope.eval_episodes or self.eval_episodes),
+                config=config, save_agent=save_agent,
+            )
+        return specs
 
+    def summary(self) -> str:
+        """One line per task: its algorithms, seeds and budget."""
+        lines = []
+        for task in self.resolved_tasks():
+            scope = self.scope(task)
+            seeds = scope.seeds if scope.seeds is not None else self.seeds
+            lines.append(
+                f"{task}: {len(self.task_algos(task))} algorithm(s) {list(self.task_algos(task))} x "
+                f"{len(seeds)} seed(s), {int(scope.steps or self.steps)} steps"
+            )
+        return "\n".join(lines)
+
+
+# --- the presets -------------------------------------------------------------------------
+#: The gridworld tasks of ``standard``: the acceptance task, a small map whose optimum solves
+#: in a second, and stochastic transitions.
+STANDARD_GRID_TASKS: tuple[str, ...] = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0")
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -83,23 +199,65 @@ PRESETS: dict[str, Preset] = {
             eval_episodes=20,
             # The GRPO agents' own small preset (8 groups of 8): about 17 iterations in
             # 20k steps instead of 3, enough for a multiplier trajectory to score.
-            config={algo: {"preset": "quick"} for algo in ("cgrpo", "grpo-screw", "grpo")},
+            config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
         ),
+        # Sizing of `standard` for a 2-core machine running `cgrpo bench --preset standard
+        # --workers 2` alone (one run per core). Per-run costs measured on this machine with
+        # `eval.runner.execute_run` (2026-11-30, while other jobs kept the load near 4, so
+        # about half a core each: the per-core rates below are twice the measured ones, which
+        # were ppo-lag 2.9k and ppo 3.8k steps/s on the grid, cgrpo 70k-150k steps/s on the
+        # grid, ppo-lag 54 and cgrpo (quick, 64 episodes/iteration) 23-43 steps/s on
+        # Highway-v0), and the text acceptance runs in results/runs/math (summary.csv, warm/):
+        #   grid baselines  45 runs x (200k steps / ~3.5k steps/s + ~8 s start and eval)  ~ 2,900 core-s
+        #   grid GRPO       45 runs x (~3 s training + ~5 s start and eval)                ~   400 core-s
+        #   highway base.    9 runs x (12,288 steps / ~100 steps/s + ~20 s)                ~ 1,300 core-s
+        #   highway GRPO     9 runs x (10k steps / ~60 steps/s + ~20 s)                    ~ 1,700 core-s
+        #   math GRPO        9 runs x (273 s warm start + 75-110 s for 9.6k completions + ~10 s) ~ 3,400 core-s
+        # about 9,700 core-s: 81 min on 2 workers, about 1.5 h with the tail of the last (math)
+        # runs; 2 h if highway-env runs at the contended rates measured. Highway dominates any
+        # growth: 20k highway steps would add about 45 min.
         Preset(
             "standard",
-            "every gridworld task, 5 seeds, 200k steps",
-            families=("gridworld",),
+            "every family on a budget, about 1.5-2 h on 2 cores (--workers 2): 3 gridworld tasks x 5 seeds x 200k "
+            "steps, Highway-v0 x 3 seeds x 10k steps, Math/ChainSum-v0 (GRPO agents) x 3 seeds x 9.6k completions",
+            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v0", "Math/ChainSum-v0"),
             seeds=tuple(range(5)),
             steps=200_000,
             eval_episodes=50,
+            scopes={
+                "highway": Scope(
+                    seeds=(0, 1, 2),
+                    steps=10_000,
+                    # 8 groups of 8 episodes (up to 30 steps; 11-13 measured early on, as crashes
+                    # end them) per iteration: 5-14 GRPO iterations in 10k steps, where the
+                    # standard 16 x 16 would make 2-4.
+                    config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
+                ),
+                # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
+                # transformer warm-started by 1500 supervised steps) and the budget of the text
+                # acceptance runs: 150 iterations.
+                "math": Scope(algos=GRPO_ALGOS, seeds=(0, 1, 2), steps=9_600),
+            },
         ),
         Preset(
             "paper",
-            "every gridworld and highway task, 10 seeds, 1M steps (safety and math tasks: add them with --tasks)",
+            "every gridworld and highway task, 10 seeds, 1M steps; Safety PointGoal1/CarGoal1 with OmniSafe's "
+            "protocol (limit 25, 5 seeds, 1e7 steps; needs `make safety`); Math/ChainSum-v0 with the GRPO agents",
+            tasks=("Safety/PointGoal1-v0", "Safety/CarGoal1-v0", "Math/ChainSum-v0"),
             families=("gridworld", "highway"),
             seeds=tuple(range(10)),
             steps=1_000_000,
             eval_episodes=100,
+            scopes={
+                # OmniSafe's benchmark protocol (github.com/PKU-Alignment/omnisafe, on-policy
+                # benchmark): cost limit 25 (the tasks' default, DEFAULT_LIMIT of
+                # constrained_grpo.envs.safety.env; no override here), 5 seeds, 1e7 steps.
+                # Its published PPOLag at 1e7 steps, for comparison:
+                #   SafetyPointGoal1-v0: reward 12.96 +- 6.95, cost 25.80 +- 34.99.
+                "safety": Scope(seeds=tuple(range(5)), steps=10_000_000),
+                # 400 iterations of the text agent's standard preset (64 completions each).
+                "math": Scope(algos=GRPO_ALGOS, steps=25_600),
+            },
         ),
     )
 }
@@ -128,6 +286,12 @@ def resolve(
     Algorithms listed by the preset but not registered are dropped with a warning;
     algorithms asked for explicitly (``algos``) must be registered (or dotted paths),
     and unknown tasks are an error. ``seeds=N`` means seeds ``0..N-1``.
+
+    ``tasks``, ``seeds``, ``steps`` and ``eval_episodes`` apply to every run: they replace
+    the scopes' values too. The scopes' algorithm restrictions stay: an explicit ``algos``
+    list runs on each task only where the task's scope allows it (``--algos cgrpo ppo-lag``
+    runs only ``cgrpo`` on a math task), a task left with no algorithm is dropped with a
+    warning, and a grid left with no run at all is an error.
     """
     from constrained_grpo.envs import list_tasks
     from constrained_grpo.registry import list_agents
@@ -171,11 +335,37 @@ def resolve(
             changes["seeds"] = tuple(range(seeds))
         else:
             changes["seeds"] = tuple(int(s) for s in seeds)
+    cleared: dict[str, None] = {}
+    if seeds is not None:
+        cleared["seeds"] = None
     if steps is not None:
         if steps < 1:
             raise ValueError(f"--steps must be >= 1, got {steps}")
         changes["steps"] = int(steps)
-        changes["task_steps"] = {}
+        cleared["steps"] = None
     if eval_episodes is not None:
         changes["eval_episodes"] = int(eval_episodes)
-    return replace(preset, **changes)
+        cleared["eval_episodes"] = None
+    if cleared:
+        changes["scopes"] = {key: replace(scope, **cleared) for key, scope in preset.scopes.items()}
+    resolved = replace(preset, **changes)
+    _check_task_algos(resolved)
+    return resolved
+
+
+def _check_task_algos(preset: Preset) -> None:
+    """Warn about tasks whose scope admits none of the preset's algorithms; raise if no task is left."""
+    empty = [t for t in preset.resolved_tasks() if not preset.task_algos(t)]
+    if not empty:
+        return
+    scopes = {t: list(preset.scope(t).algos or ()) for t in empty}
+    if len(empty) == len(preset.resolved_tasks()):
+        raise ValueError(
+            f"preset {preset.name!r}: no algorithm of {list(preset.algos)} may run on {empty} "
+            f"(allowed there: {scopes}); pass --algos with a matching name, e.g. cgrpo for a math task"
+        )
+    warnings.warn(
+        f"preset {preset.name!r}: skipping task(s) {empty}: none of the algorithms {list(preset.algos)} "
+        f"may run there (allowed: {scopes})",
+        stacklevel=3,
+    )

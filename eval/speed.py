@@ -8,7 +8,6 @@ Every CSV row carries the versions and the machine, so figures can be compared l
 from __future__ import annotations
 
 import argparse
-import csv
 import importlib
 import os
 import pkgutil
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import constrained_grpo.eval as eval_pkg
+from constrained_grpo.files import atomic_write_csv
 
 __all__ = ["environment_columns", "list_benchmarks", "main", "write_rows"]
 
@@ -50,16 +50,7 @@ def environment_columns() -> dict[str, Any]:
 def write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
     """Write ``rows`` (plus the environment columns) as a CSV, atomically."""
     rows = [{**r, **environment_columns()} for r in rows]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fields: list[str] = []
-    for r in rows:
-        fields += [k for k in r if k not in fields]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    atomic_write_csv(path, rows)
     return path
 
 

@@ -28,7 +28,7 @@ __all__ = ["ALGOS", "BUDGET_ENV_STEPS", "ENV_ID", "bench_algo", "run"]
 ENV_ID = "Grid/HazardFuel-v0"
 ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw")
 #: Env steps per benchmark run (the acceptance runs use the same budget).
-BUDGET_ENV_STEPS = 2_000_000
+BUDGET_ENV_STEPS = 3_000_000
 SEED = 0
 
 

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from constrained_grpo.files import atomic_write_bytes, atomic_write_text
 from constrained_grpo.registry import validate_log_record
 
 __all__ = [
@@ -92,25 +93,6 @@ def run_dir(out: str | Path, task: str, algo: str, seed: int) -> Path:
     """``out/<task>/<algo>/seed_<seed>``; a namespaced task id ``Grid/X-v0`` gives two levels."""
     parts = [safe_name(p) for p in task.split("/") if p]
     return Path(out).joinpath(*parts, safe_name(algo), f"seed_{int(seed)}")
-
-
-def atomic_write_bytes(path: Path, data: bytes, *, fsync: bool = True) -> None:
-    """Write ``data`` to ``path`` through a hidden temporary file and ``os.replace``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        if fsync:
-            # SIGKILL keeps the page cache; fsync guards the final files against power loss too.
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def atomic_write_text(path: Path, text: str, *, fsync: bool = True) -> None:
-    """``atomic_write_bytes`` for UTF-8 text."""
-    atomic_write_bytes(path, text.encode("utf-8"), fsync=fsync)
 
 
 def _json_default(obj: Any) -> Any:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, AdvantageSpec
 from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
 from constrained_grpo.multipliers import MultiplierConfig
+from constrained_grpo.options import coerce_fields, option_names, with_options
 
 __all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config", "merge_options"]
 
@@ -116,13 +117,7 @@ class GRPOConfig:
     """Keywords passed to ``gymnasium.make`` for the task (Contract 1: task options)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.multiplier, Mapping):
-            object.__setattr__(self, "multiplier", MultiplierConfig.from_dict(dict(self.multiplier)))
-        if isinstance(self.hidden_sizes, list):
-            object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        if isinstance(self.limits, list):
-            object.__setattr__(self, "limits", tuple(self.limits))
-        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        coerce_fields(self)
         self._validate()
 
     def _validate(self) -> None:
@@ -210,23 +205,12 @@ class GRPOConfig:
 
     @classmethod
     def valid_options(cls) -> list[str]:
-        return sorted(f.name for f in fields(cls))
+        return option_names(cls)
 
     def updated(self, overrides: Mapping[str, Any]) -> "GRPOConfig":
         """A copy with ``overrides`` applied; ``multiplier`` given as a dict is merged into
         the current multiplier config. Unknown options are an error naming the valid ones."""
-        valid = set(self.valid_options())
-        unknown = sorted(set(overrides) - valid)
-        if unknown:
-            raise ValueError(
-                f"unknown GRPO option(s) {unknown}; valid options: {sorted(valid)} "
-                "(multiplier options go in multiplier={...})"
-            )
-        changes = dict(overrides)
-        mult = changes.get("multiplier")
-        if isinstance(mult, Mapping):
-            changes["multiplier"] = MultiplierConfig.from_dict({**asdict(self.multiplier), **dict(mult)})
-        return replace(self, **changes)
+        return with_options(self, overrides, "GRPO", hint=" (multiplier options go in multiplier={...})")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "GRPOConfig":

@@ -1,7 +1,7 @@
 """The acceptance experiment: GRPO variants x seeds on a task, scored against the exact optimum.
 
     python -m constrained_grpo.agents.experiment --algos cgrpo grpo-screw --seeds 0 1 2 3 4 \\
-        --env Grid/HazardFuel-v0 --steps 2000000 --out results/runs/acceptance
+        --env Grid/HazardFuel-v0 --steps 3000000 --out results/runs/acceptance
 
 Each run writes a directory ``<out>/<algo>/seed<k>/`` (Contract 3): ``config.json``,
 ``progress.csv`` (one row per iteration, rewritten atomically after every iteration so
@@ -16,9 +16,7 @@ cost of each constraint is at most ``limit * (1 + tol)`` and the mean return is 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from constrained_grpo.files import atomic_write_csv
 from constrained_grpo.registry import make_agent
 
 __all__ = ["TailSummary", "first_time_criterion_met", "flatten_record", "main", "optimum_return", "run_experiment", "run_one", "tail_summary"]
@@ -117,18 +116,6 @@ def flatten_record(record: Mapping[str, Any], names: Sequence[str]) -> dict[str,
     return row
 
 
-def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    fields: list[str] = []
-    for r in rows:
-        fields += [k for k in r if k not in fields]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
-
-
 def run_one(
     algo: str,
     env_id: str,
@@ -154,7 +141,7 @@ def run_one(
         records.append(record)
         rows.append(flatten_record(record, names))
         if out_dir is not None:
-            _write_csv(out_dir / "progress.csv", rows)
+            atomic_write_csv(out_dir / "progress.csv", rows, fsync=False)
         if verbose and (record["iteration"] % 25 == 0):
             print(
                 f"[{algo} s{seed}] it {record['iteration']} steps {record['env_steps']} "
@@ -173,7 +160,7 @@ def run_one(
              **{f"cost_{n}": float(evaluation.costs[i, k]) for k, n in enumerate(names)}}
             for i in range(len(evaluation.returns))
         ]
-        _write_csv(out_dir / "eval.csv", eval_rows)
+        atomic_write_csv(out_dir / "eval.csv", eval_rows)
         agent.save(out_dir / "model")
     optimum = optimum_return(agent)
     tail = tail_summary(records, limits, optimum)
@@ -207,6 +194,7 @@ def run_experiment(
     total_env_steps: int,
     out_dir: Path | None = None,
     verbose: bool = True,
+    eval_episodes: int = 100,
     **config: Any,
 ) -> list[dict[str, Any]]:
     """Every ``algo`` x ``seed``; writes ``<out_dir>/summary.csv`` after each run."""
@@ -214,12 +202,12 @@ def run_experiment(
     for algo in algos:
         for seed in seeds:
             run_dir = None if out_dir is None else out_dir / algo / f"seed{seed}"
-            row = run_one(algo, env_id, seed, total_env_steps, run_dir, verbose=verbose, **config)
+            row = run_one(algo, env_id, seed, total_env_steps, run_dir, eval_episodes, verbose=verbose, **config)
             rows.append(row)
             if verbose:
                 print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
             if out_dir is not None:
-                _write_csv(out_dir / "summary.csv", rows)
+                atomic_write_csv(out_dir / "summary.csv", rows)
     return rows
 
 
@@ -229,12 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", nargs="+", default=["cgrpo", "grpo-screw"])
     parser.add_argument("--env", default="Grid/HazardFuel-v0")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
-    parser.add_argument("--steps", type=int, default=2_000_000, help="env steps per run")
+    parser.add_argument("--steps", type=int, default=3_000_000, help="env steps per run")
     parser.add_argument("--out", type=Path, default=None, help="output directory (none: print only)")
     parser.add_argument("--config", type=json.loads, default={}, help='JSON dict of GRPO options, e.g. \'{"lr": 0.001}\'')
+    parser.add_argument("--eval-episodes", type=int, default=100, help="episodes of the final evaluation")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    rows = run_experiment(args.algos, args.env, args.seeds, args.steps, args.out, verbose=not args.quiet, **args.config)
+    rows = run_experiment(args.algos, args.env, args.seeds, args.steps, args.out, verbose=not args.quiet,
+                          eval_episodes=args.eval_episodes, **args.config)
     for algo in args.algos:
         mine = [r for r in rows if r["algo"] == algo]
         print(f"{algo}: passed {sum(bool(r['passed']) for r in mine)}/{len(mine)}; "

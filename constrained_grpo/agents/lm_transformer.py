@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,8 @@ from torch import nn
 
 from constrained_grpo.agents.lm_base import Generation, left_pad, sample_from_logits, token_logprobs_entropy
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
+from constrained_grpo.files import atomic_write_text
+from constrained_grpo.options import with_options
 
 __all__ = ["TinyCausalLM", "TinyLMConfig"]
 
@@ -73,12 +75,8 @@ class TinyLMConfig:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TinyLMConfig":
-        valid = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - valid)
-        if unknown:
-            raise ValueError(f"unknown TinyLMConfig option(s) {unknown}; valid: {sorted(valid)}")
-        return cls(**data)
+    def from_dict(cls, data: Mapping[str, Any]) -> "TinyLMConfig":
+        return with_options(cls(), data, "TinyLMConfig")
 
 
 class _Block(nn.Module):
@@ -317,9 +315,7 @@ class TinyCausalLM(nn.Module):
         save_file({k: v.detach().contiguous() for k, v in self.state_dict().items()}, str(tmp))
         os.replace(tmp, out / WEIGHTS_FILE)
         meta = {"kind": "tiny", "model": asdict(self.config), "tokenizer": self.tokenizer.to_dict(), "temperature": self.temperature}
-        tmp_cfg = out / (CONFIG_FILE + ".tmp")
-        tmp_cfg.write_text(json.dumps(meta, indent=2))
-        os.replace(tmp_cfg, out / CONFIG_FILE)
+        atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2))
         return out
 
     @classmethod

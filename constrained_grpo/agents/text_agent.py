@@ -27,7 +27,7 @@ import json
 import math
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,8 @@ from constrained_grpo.agents.lm_tokenizer import CharTokenizer
 from constrained_grpo.agents.lm_transformer import TinyCausalLM, TinyLMConfig
 from constrained_grpo.agents.text_adapter import TextRolloutAdapter, is_text_env
 from constrained_grpo.agents.trainer import GRPOTrainer
+from constrained_grpo.files import atomic_write_text
+from constrained_grpo.options import coerce_fields, option_names, with_options
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import make_env
 
@@ -101,6 +103,7 @@ class LMConfig:
     """Solution styles of the demonstrations (None: the task's default mixture)."""
 
     def __post_init__(self) -> None:
+        coerce_fields(self)
         for name in ("n_layers", "d_model", "n_heads", "d_ff", "context", "max_new_tokens", "sft_batch_size", "sft_examples"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -111,19 +114,14 @@ class LMConfig:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"lm.{name}={value!r} must be finite and > 0")
-        if self.sft_mixture is not None:
-            object.__setattr__(self, "sft_mixture", dict(self.sft_mixture))
 
     @classmethod
     def valid_options(cls) -> list[str]:
-        return sorted(f.name for f in fields(cls))
+        return option_names(cls)
 
     def updated(self, overrides: Mapping[str, Any]) -> "LMConfig":
         """A copy with ``overrides``; an unknown name is an error listing the valid ones."""
-        unknown = sorted(set(overrides) - set(self.valid_options()))
-        if unknown:
-            raise ValueError(f"unknown lm option(s) {unknown}; valid options: {self.valid_options()}")
-        return replace(self, **dict(overrides))
+        return with_options(self, overrides, "lm")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,12 +191,6 @@ def build_text_policy(lm: LMConfig, env: Any = None, seed: int = 0, log: Callabl
     pairs = demos(lm.sft_examples, seed=seed, mixture=lm.sft_mixture)
     result = supervised_warm_start(policy, pairs, lm.sft_steps, lm.sft_batch_size, lm.sft_lr, seed=seed, log=log)
     return policy, result
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class TextGRPOAgent:
@@ -293,8 +285,8 @@ class TextGRPOAgent:
             "kind": "text", "algo": self.algo, "env_id": self.env_id, "seed": self.seed, "preset": self.preset,
             "config": self.config.to_dict(), "lm": self.lm.to_dict(),
         }
-        _atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
-        _atomic_write_text(out / STATE_FILE, json.dumps(self.trainer.state(), indent=2))
+        atomic_write_text(out / CONFIG_FILE, json.dumps(meta, indent=2, sort_keys=True))
+        atomic_write_text(out / STATE_FILE, json.dumps(self.trainer.state(), indent=2))
         return out
 
     def load(self, path: str | Path) -> "TextGRPOAgent":

@@ -25,12 +25,10 @@ standard error at 512 problems). The same evaluation of the warm start is in
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,20 +38,9 @@ import torch
 from constrained_grpo.agents.experiment import flatten_record, tail_summary
 from constrained_grpo.agents.text_adapter import TextRolloutAdapter
 from constrained_grpo.agents.text_agent import TEXT_PRESETS, build_text_policy, make_text_grpo_agent
+from constrained_grpo.files import atomic_write_csv
 
 __all__ = ["evaluate_policy", "main", "run_one", "warm_start"]
-
-
-def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    fields: list[str] = []
-    for r in rows:
-        fields += [k for k in r if k not in fields]
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def evaluate_policy(
@@ -117,7 +104,7 @@ def run_one(
     def log(record: dict[str, Any]) -> None:
         records.append(record)
         rows.append(flatten_record(record, names))
-        _write_csv(out_dir / "progress.csv", rows)
+        atomic_write_csv(out_dir / "progress.csv", rows, fsync=False)
         if verbose and record["iteration"] % 20 == 0:
             print(f"[{algo} s{seed}] it {record['iteration']} acc {record['accuracy']:.3f} "
                   f"C {np.round(record['ep_cost'], 3).tolist()} lambda {np.round(record['multipliers'], 2).tolist()} "
@@ -127,7 +114,7 @@ def run_one(
     agent.learn(total_env_steps, log)
     train_s = time.perf_counter() - start
     evaluation = agent.evaluate(eval_episodes, deterministic=False)
-    _write_csv(out_dir / "eval.csv", [
+    atomic_write_csv(out_dir / "eval.csv", [
         {"episode": i, "return": float(evaluation.returns[i]), "length": int(evaluation.lengths[i]),
          **{f"cost_{n}": float(evaluation.costs[i, k]) for k, n in enumerate(names)}}
         for i in range(len(evaluation.returns))
@@ -176,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "warmstart":
         rows = [warm_start(args.env, s, args.out / "warm" / f"seed{s}", lm=args.lm, eval_episodes=args.eval_episodes,
                            verbose=not args.quiet) for s in args.seeds]
-        _write_csv(args.out / "warm" / "summary.csv", rows)
+        atomic_write_csv(args.out / "warm" / "summary.csv", rows)
         return 0
     rows: list[dict[str, Any]] = []
     for algo in args.algos:
@@ -186,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                           eval_episodes=args.eval_episodes, verbose=not args.quiet, **args.config)
             rows.append(row)
             print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
-            _write_csv(args.out / "summary.csv", rows)
+            atomic_write_csv(args.out / "summary.csv", rows)
     for algo in args.algos:
         mine = [r for r in rows if r["algo"] == algo]
         print(f"{algo}: passed {sum(r['passed'] for r in mine)}/{len(mine)}; eval accuracy "

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import Constraint, ConstraintError, override_limits
+from constrained_grpo.options import check_options, option_names
 
 __all__ = [
     "ACTIONS",
@@ -433,10 +434,7 @@ class GridModel:
 
 def task_options(kwargs: Mapping[str, Any]) -> GridOptions:
     """Options from ``gymnasium.make`` keywords; a misspelled keyword is an error."""
-    valid = set(GridOptions.__dataclass_fields__)
-    unknown = sorted(set(kwargs) - valid)
-    if unknown:
-        raise TypeError(f"unknown gridworld option(s) {unknown}; valid options: {sorted(valid)}")
+    check_options(kwargs, option_names(GridOptions), "gridworld", error=TypeError)
     merged = dict(kwargs)
     if merged.get("layout") is not None:
         merged["layout"] = tuple(merged["layout"])

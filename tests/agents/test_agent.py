@@ -268,3 +268,25 @@ def test_categorical_policy_sampling_matches_its_probabilities() -> None:
     freq = torch.bincount(action, minlength=3).double() / len(action)
     torch.testing.assert_close(freq, torch.tensor([0.2, 0.3, 0.5], dtype=torch.float64), atol=0.015, rtol=0)
     torch.testing.assert_close(logp, torch.log(torch.tensor([0.2, 0.3, 0.5]))[action])
+
+
+def test_custom_task_outside_the_table_gets_the_control_agent() -> None:
+    """A user's env registered with gymnasium only: the control agent trains on it through
+    the sync vector env, whose finishing-step costs must reach the multipliers."""
+    import gymnasium as gym
+
+    from constrained_grpo.agents.agent import CUSTOM_FAMILY, task_family
+
+    env_id = "CourseGrid3x3-v0"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="constrained_grpo.envs.gridworld:GridWorldEnv", kwargs={"size": 3},
+                     max_episode_steps=None)
+    assert task_family(env_id) == CUSTOM_FAMILY
+    agent = constrained_grpo.make_agent("cgrpo", env_id, seed=0, preset="quick")
+    assert isinstance(agent, GRPOAgent)
+    logged: list[dict[str, Any]] = []
+    agent.learn(3_000, logged.append)
+    # Every episode uses fuel, so a mean fuel cost of 0 would mean the last step's costs were lost.
+    assert all(r["ep_cost"][1] >= 2 for r in logged)
+    with pytest.raises(gym.error.UnregisteredEnv):
+        task_family("NoSuchTask-v0")

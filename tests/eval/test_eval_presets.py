@@ -15,7 +15,9 @@ def test_presets_name_registered_tasks():
         assert tasks and set(tasks) <= set(list_tasks())
         assert preset.algos == DEFAULT_ALGOS and preset.steps > 0 and preset.seeds
     assert PRESETS["quick"].resolved_tasks() == ("Grid/HazardFuel-v0",)
-    assert set(list_tasks("gridworld")) <= set(PRESETS["standard"].resolved_tasks())
+    families = {t.split("/")[0] for t in PRESETS["standard"].resolved_tasks()}
+    assert families == {"Grid", "Highway", "Math"}
+    assert set(list_tasks("gridworld")) <= set(PRESETS["paper"].resolved_tasks())
 
 
 def test_unregistered_preset_algorithms_are_skipped_with_a_warning():
@@ -37,3 +39,140 @@ def test_overrides():
         resolve("quick", tasks=["Grid/Nope-v0"])
     with pytest.raises(ValueError, match="unknown preset 'huge'"):
         get_preset("huge")
+
+
+# --- the presets' run lists -----------------------------------------------------------------
+
+GRPO = ("cgrpo", "grpo-screw", "grpo")
+
+
+def _grid(preset) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], int, int]]:
+    """``{task: (algos, seeds, steps, eval_episodes)}`` of a preset's runs, checking they form a grid per task."""
+    out: dict[str, tuple] = {}
+    runs = preset.runs()
+    for task in dict.fromkeys(r.task for r in runs):
+        rows = [r for r in runs if r.task == task]
+        algos = tuple(dict.fromkeys(r.algo for r in rows))
+        seeds = tuple(dict.fromkeys(r.seed for r in rows))
+        assert [(r.algo, r.seed) for r in rows] == [(a, s) for a in algos for s in seeds]
+        assert len({(r.steps, r.eval_episodes) for r in rows}) == 1
+        out[task] = (algos, seeds, rows[0].steps, rows[0].eval_episodes)
+    assert len({r.key for r in runs}) == len(runs)
+    return out
+
+
+def test_quick_runs():
+    runs = PRESETS["quick"].runs()
+    assert _grid(PRESETS["quick"]) == {"Grid/HazardFuel-v0": (DEFAULT_ALGOS, (0, 1, 2), 20_000, 20)}
+    assert {r.algo: r.config for r in runs} == {
+        "cgrpo": {"preset": "quick"}, "grpo-screw": {"preset": "quick"}, "grpo": {"preset": "quick"},
+        "ppo-lag": {}, "pid-lag": {}, "ppo": {},
+    }
+
+
+def test_standard_runs():
+    preset = PRESETS["standard"]
+    five = (0, 1, 2, 3, 4)
+    assert _grid(preset) == {
+        "Grid/HazardFuel-v0": (DEFAULT_ALGOS, five, 200_000, 50),
+        "Grid/HazardFuel3x3-v0": (DEFAULT_ALGOS, five, 200_000, 50),
+        "Grid/HazardFuelSlip-v0": (DEFAULT_ALGOS, five, 200_000, 50),
+        "Highway/Highway-v0": (DEFAULT_ALGOS, (0, 1, 2), 10_000, 50),
+        "Math/ChainSum-v0": (GRPO, (0, 1, 2), 9_600, 50),
+    }
+    assert len(preset.runs()) == 3 * 6 * 5 + 6 * 3 + 3 * 3
+    configs = {(r.task.split("/")[0], r.algo): r.config for r in preset.runs()}
+    assert configs[("Highway", "cgrpo")] == {"preset": "quick"} and configs[("Highway", "ppo-lag")] == {}
+    assert configs[("Grid", "cgrpo")] == {} and configs[("Math", "grpo")] == {}
+    assert not any(t.startswith("Safety/") for t in preset.resolved_tasks())
+
+
+def test_paper_runs():
+    grid = _grid(PRESETS["paper"])
+    ten = tuple(range(10))
+    for task in list_tasks("gridworld") + list_tasks("highway"):
+        assert grid.pop(task) == (DEFAULT_ALGOS, ten, 1_000_000, 100)
+    assert grid == {
+        "Safety/PointGoal1-v0": (DEFAULT_ALGOS, (0, 1, 2, 3, 4), 10_000_000, 100),
+        "Safety/CarGoal1-v0": (DEFAULT_ALGOS, (0, 1, 2, 3, 4), 10_000_000, 100),
+        "Math/ChainSum-v0": (GRPO, ten, 25_600, 100),
+    }
+
+
+def test_paper_safety_runs_use_the_omnisafe_cost_limit_25():
+    from constrained_grpo.envs.safety.env import DEFAULT_LIMIT, declare_constraints
+
+    assert DEFAULT_LIMIT == 25.0
+    assert [c.limit for c in declare_constraints(("cost",), ("contacts",), None)] == [25.0]
+    safety = [r for r in PRESETS["paper"].runs() if r.task.startswith("Safety/")]
+    assert len(safety) == 2 * 6 * 5
+    # Nothing overrides the tasks' default limit.
+    assert all("limits" not in r.config and "env_kwargs" not in r.config for r in safety)
+
+
+def test_math_runs_only_grpo_agents():
+    for preset in PRESETS.values():
+        algos = {r.algo for r in preset.runs() if r.task.startswith("Math/")}
+        assert algos <= set(GRPO)
+    scope = PRESETS["standard"].scope("Math/ChainSum-v0")
+    assert all(scope.allows(a) for a in ("cgrpo", "grpo-screw", "grpo", "cgrpo-gdpo", TOY))
+    assert not any(scope.allows(a) for a in ("ppo-lag", "pid-lag", "ppo"))
+    # The restriction belongs to the family: every math task gets it.
+    assert PRESETS["standard"].task_algos("Math/Arithmetic-v0") == GRPO
+
+
+def test_algos_override_intersects_with_the_family_restriction():
+    preset = resolve("standard", algos=["cgrpo", "ppo-lag"])
+    grid = _grid(preset)
+    assert grid["Math/ChainSum-v0"][0] == ("cgrpo",)
+    assert grid["Highway/Highway-v0"][0] == ("cgrpo", "ppo-lag")
+    assert len(preset.runs()) == 3 * 2 * 5 + 2 * 3 + 1 * 3
+    # A GRPO variant outside the preset's list, asked for by name, runs on math too.
+    assert _grid(resolve("standard", tasks=["Math/ChainSum-v0"], algos=["cgrpo-gdpo"]))["Math/ChainSum-v0"][0] == ("cgrpo-gdpo",)
+    # A dotted path is not judged.
+    assert _grid(resolve("standard", tasks=["Math/ChainSum-v0"], algos=[TOY], registered=[]))["Math/ChainSum-v0"][0] == (TOY,)
+
+
+def test_algos_override_that_leaves_a_task_empty():
+    with pytest.warns(UserWarning, match=r"skipping task\(s\) \['Math/ChainSum-v0'\]"):
+        preset = resolve("standard", algos=["ppo-lag"])
+    assert "Math/ChainSum-v0" not in {r.task for r in preset.runs()}
+    with pytest.raises(ValueError, match=r"no algorithm of \['ppo-lag', 'ppo'\] may run on \['Math/ChainSum-v0'\].*--algos"):
+        resolve("paper", tasks=["Math/ChainSum-v0"], algos=["ppo-lag", "ppo"])
+
+
+def test_seed_steps_and_eval_overrides_replace_the_scopes():
+    preset = resolve("standard", seeds=2, steps=1_000, eval_episodes=3)
+    grid = _grid(preset)
+    assert {v[1:] for v in grid.values()} == {((0, 1), 1_000, 3)}
+    assert grid["Math/ChainSum-v0"][0] == GRPO
+    # Scope config stays; the preset-wide config (where `--config` lands) wins over it.
+    from dataclasses import replace
+
+    merged = replace(preset, config={"cgrpo": {"preset": "paper"}})
+    configs = {(r.task, r.algo): r.config for r in merged.runs()}
+    assert configs[("Highway/Highway-v0", "cgrpo")] == {"preset": "paper"}
+    assert configs[("Highway/Highway-v0", "grpo")] == {"preset": "quick"}
+
+
+def test_scopes_must_name_a_family_or_task():
+    from constrained_grpo.eval.presets import Preset, Scope
+
+    with pytest.raises(ValueError, match=r"scopes \['maths'\] name no task family or task id"):
+        Preset("x", "x", tasks=("Grid/HazardFuel-v0",), scopes={"maths": Scope(algos=("cgrpo",))})
+    task_row = Preset(
+        "x", "x", tasks=("Math/ChainSum-v0", "Math/Arithmetic-v0"),
+        scopes={"math": Scope(algos=("cgrpo",), steps=100), "Math/ChainSum-v0": Scope(seeds=(7,))},
+    )
+    assert _grid(task_row) == {
+        "Math/ChainSum-v0": (("cgrpo",), (7,), 100, 20),
+        "Math/Arithmetic-v0": (("cgrpo",), (0, 1, 2), 100, 20),
+    }
+
+
+def test_every_preset_keeps_baselines_off_text_tasks() -> None:
+    # quick has no scope of its own for math: the suite's family row still applies.
+    preset = resolve("quick", tasks=["Math/ChainSum-v0", "Grid/HazardFuel3x3-v0"], algos=["cgrpo", "ppo"],
+                     registered=list(DEFAULT_ALGOS))
+    pairs = sorted({(r.task, r.algo) for r in preset.runs(save_agent=False)})
+    assert pairs == [("Grid/HazardFuel3x3-v0", "cgrpo"), ("Grid/HazardFuel3x3-v0", "ppo"), ("Math/ChainSum-v0", "cgrpo")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+
 import json
 import math
 from pathlib import Path
@@ -101,6 +103,23 @@ def test_load_results_builds_the_long_table(toy_results: Path):
     assert len(con[con["kind"] == "eval"]) == 6
     assert res.tasks[TASK].optimum_return == pytest.approx(1.2)
     assert [p.name for p in find_runs(toy_results)] == ["seed_0", "seed_1", "seed_0", "seed_1"]
+
+
+def test_find_runs_skips_other_tools_folders(toy_results: Path, tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    shutil.copytree(toy_results, root)
+    # An acceptance-experiment folder: a config.json without the harness schema.
+    other = root / "acceptance" / "cgrpo" / "seed0"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text(json.dumps({"algo": "cgrpo", "seed": 0}))
+    (other / "progress.csv").write_text("iteration\n1\n")
+    # A harness folder whose config does not parse still counts, so the loader reports it.
+    broken = root / "broken" / "seed_9"
+    broken.mkdir(parents=True)
+    (broken / "config.json").write_text("{not json")
+    found = find_runs(root)
+    assert other not in found and broken in found
+    assert len(found) == len(find_runs(toy_results)) + 1
 
 
 def _rewrite_csv(path: Path, edit) -> None:

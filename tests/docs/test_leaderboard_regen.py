@@ -1,0 +1,91 @@
+"""``cgrpo leaderboard results/`` regenerates the committed leaderboard byte for byte.
+
+``cgrpo leaderboard DIR`` reads every run directory under DIR (a folder holding
+``config.json``; complete when it also holds ``done.json``, with ``progress.csv`` and
+``eval.csv``) and writes ``DIR/leaderboard.md``, ``DIR/leaderboard.html``, ``DIR/runs.csv``
+(metrics per run) and ``DIR/results.csv`` (the long table). The test copies the committed
+files of ``results/`` (``git ls-files``; every file when the tree is not a git checkout),
+less those four outputs, to a temporary folder, runs the command there, and compares the
+outputs with the committed ones: ``leaderboard.md`` and ``leaderboard.html`` must be
+committed, ``runs.csv`` and ``results.csv`` are compared when they are.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from constrained_grpo.eval.loader import find_runs
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = REPO / "results"
+REQUIRED_OUTPUTS = ("leaderboard.md", "leaderboard.html")
+OPTIONAL_OUTPUTS = ("runs.csv", "results.csv")
+
+
+def committed_results_files() -> list[Path]:
+    """Paths, relative to ``results/``, of the files committed there (tracked by git)."""
+    if not RESULTS.is_dir():
+        return []
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "ls-files", "-z", "--", "results"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout
+        files = [Path(p).relative_to("results") for p in out.split("\0") if p]
+    except (OSError, subprocess.SubprocessError):  # not a git checkout (an sdist, say): take what is there
+        files = [p.relative_to(RESULTS) for p in RESULTS.rglob("*") if p.is_file()]
+    return sorted(f for f in files if (RESULTS / f).is_file())
+
+
+def cgrpo_command() -> list[str]:
+    script = Path(sys.executable).parent / "cgrpo"
+    return [str(script)] if script.is_file() else [sys.executable, "-m", "constrained_grpo.cli"]
+
+
+def test_leaderboard_regenerates_byte_for_byte(tmp_path: Path) -> None:
+    files = committed_results_files()
+    outputs = {f.name for f in files if f.parent == Path(".") and f.name in REQUIRED_OUTPUTS + OPTIONAL_OUTPUTS}
+    inputs = [f for f in files if not (f.parent == Path(".") and f.name in outputs)]
+
+    dest = tmp_path / "results"
+    dest.mkdir()
+    for rel in inputs:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(RESULTS / rel, dest / rel)
+    runs = find_runs(dest)
+
+    if not runs and "leaderboard.md" not in outputs:
+        pytest.skip("no committed reference results yet")
+    assert runs, (
+        "results/leaderboard.md is committed but no run directory (with config.json) is: "
+        "commit the runs it was built from, or remove it"
+    )
+    missing = [name for name in REQUIRED_OUTPUTS if name not in outputs]
+    assert not missing, (
+        f"{len(runs)} run(s) are committed under results/ but results/{missing[0]} is not: run "
+        "`cgrpo leaderboard results/` and commit " + ", ".join(f"results/{m}" for m in missing)
+    )
+
+    proc = subprocess.run(
+        [*cgrpo_command(), "leaderboard", "results", "--quiet"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, f"cgrpo leaderboard results/ failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+
+    for name in sorted(outputs):
+        committed = (RESULTS / name).read_bytes()
+        regenerated = (dest / name).read_bytes()
+        if committed != regenerated:
+            a, b = committed.decode("utf-8", "replace").splitlines(), regenerated.decode("utf-8", "replace").splitlines()
+            first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            pytest.fail(
+                f"results/{name} differs from what `cgrpo leaderboard results/` writes from the committed runs, "
+                f"first at line {first + 1}:\n  committed:   {a[first] if first < len(a) else '<end of file>'}\n"
+                f"  regenerated: {b[first] if first < len(b) else '<end of file>'}\n"
+                "Regenerate it with `cgrpo leaderboard results/` and commit the result."
+            )

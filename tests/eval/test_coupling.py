@@ -1,0 +1,287 @@
+"""Tests of ``constrained_grpo.eval.coupling``: the controlled demo and the run analysis.
+
+The analysis is checked on synthetic run directories (2 algorithms x 3 seeds, T = 10
+iterations, so the tail is the last round(0.2 * 10) = 2 iterations and the second half
+is iterations 5..9) whose metrics are worked out by hand below.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from constrained_grpo.agents.experiment import tail_summary
+from constrained_grpo.eval import coupling
+from constrained_grpo.eval.stats import stratified_bootstrap_ci
+
+R_STAR = 1.1333333333333337  # Grid/HazardFuel-v0, limits hazard 0.1, fuel 12
+T = 10
+
+
+# ------------------------------------------------------------------------- demo
+
+
+def test_sweep_by_hand() -> None:
+    """One group of two episodes: R = (0, 1), H = (0, 1), F = (0, 2).
+
+    sigma_R = sigma_H = 0.5, sigma_F = 1. With lambda = (1, 1): S = R - H - F = (0, -2),
+    sigma_S = 1, so ScRew's weights are (0.5/1, 1*0.5/1, 1*1/1) = (0.5, 0.5, 1); with
+    lambda_fuel = 0: S = (0, 0), sigma_S = 0 -> no signal in S, weights 0. ScAdv: (1, 1, lambda_F).
+    """
+    x = np.array([[[0.0, 0.0, 0.0], [1.0, 1.0, 2.0]]])
+    df = coupling.effective_weight_sweep(x, ("reward", "hazard", "fuel"), {"hazard": 1.0}, "fuel", [0.0, 1.0])
+    w = df.set_index(["aggregator", "lambda_fuel", "component"])["weight"]
+    assert w[("screw", 1.0, "reward")] == pytest.approx(0.5)
+    assert w[("screw", 1.0, "hazard")] == pytest.approx(0.5)
+    assert w[("screw", 1.0, "fuel")] == pytest.approx(1.0)
+    assert w[("screw", 0.0, "reward")] == pytest.approx(0.0)
+    assert [w[("scadv", 1.0, c)] for c in ("reward", "hazard", "fuel")] == pytest.approx([1.0, 1.0, 1.0])
+    assert w[("scadv", 0.0, "fuel")] == pytest.approx(0.0)
+    assert set(df.columns) == {"aggregator", "lambda_hazard", "lambda_fuel", "component", "weight"}
+
+
+def test_sweep_rejects_missing_multiplier() -> None:
+    x = np.zeros((1, 2, 3))
+    with pytest.raises(ValueError, match="fixed"):
+        coupling.effective_weight_sweep(x, ("reward", "hazard", "fuel"), {}, "mud", [0.0])
+
+
+def test_scadv_weights_constant_while_screw_moves(tmp_path: Path) -> None:
+    """On real episodes, ScAdv's reward and hazard weights do not depend on lambda_fuel
+    (to 1e-12: they are 1 and lambda_hazard); ScRew's both change."""
+    x, names = coupling.collect_batch(num_groups=4, group_size=8, seed=3)
+    assert x.shape == (4, 8, 3) and names == ("reward", "hazard", "fuel")
+    assert (x.std(axis=1) > 0).any(axis=0).all(), "the scripted mixture must vary every component"
+    lam_h = 0.7
+    df = coupling.effective_weight_sweep(x, names, {"hazard": lam_h}, "fuel", np.linspace(0, 3, 7))
+    spans = coupling.sweep_spans(df).set_index(["aggregator", "component"])
+    assert spans.loc[("scadv", "reward"), "span"] <= 1e-12
+    assert spans.loc[("scadv", "hazard"), "span"] <= 1e-12
+    assert spans.loc[("scadv", "reward"), "max"] == pytest.approx(1.0, abs=1e-12)
+    assert spans.loc[("scadv", "hazard"), "max"] == pytest.approx(lam_h, abs=1e-12)
+    assert spans.loc[("screw", "reward"), "span"] > 0.05
+    assert spans.loc[("screw", "hazard"), "span"] > 0.05
+    # ScRew's reward weight shrinks as fuel dominates sigma_S.
+    scr = df[(df["aggregator"] == "screw") & (df["component"] == "reward")]
+    assert scr["weight"].iloc[-1] < scr["weight"].iloc[0]
+
+
+def test_run_demo_writes_outputs(tmp_path: Path) -> None:
+    paths, spans = coupling.run_demo(tmp_path, num_groups=2, group_size=4, points=4, verbose=False)
+    assert [p.name for p in paths] == ["controlled.csv", "controlled.png"]
+    assert all(p.stat().st_size > 0 for p in paths)
+    df = pd.read_csv(tmp_path / "controlled.csv")
+    assert list(df.columns) == ["aggregator", "lambda_hazard", "lambda_fuel", "component", "weight"]
+    assert len(df) == 2 * 4 * 3
+    assert set(spans["aggregator"]) == {"screw", "scadv"}
+
+
+# ---------------------------------------------------------------------- analyze
+
+
+def _progress(algo: str, seed: int) -> pd.DataFrame:
+    """The synthetic trajectory of one run (the hand-worked values are in the tests)."""
+    t = np.arange(1, T + 1)
+    ret = np.full(T, 0.5)
+    haz = np.full(T, 0.5)
+    fuel = np.full(T, 20.0)
+    lam_f = np.full(T, 0.5)
+    if algo == "cgrpo":
+        ret[-2:] = [1.1 + 0.01 * seed, 1.2 + 0.01 * seed]
+        haz[-2:] = [0.05, 0.15]
+        fuel[-2:] = [12.0, 12.0]
+        lam_h = np.array([0, 0, 0, 0, 0, 1, 2, 1, 2, 1], dtype=float)
+        scale = 1.0
+        w_r = np.ones(T)
+    else:
+        if seed == 2:
+            ret[-2:] = [1.1, 1.1]
+            haz[-2:] = [0.1, 0.1]
+        else:
+            ret[-2:] = [0.9, 0.9]
+            haz[-2:] = [0.2, 0.3]
+        fuel[-2:] = [11.0, 13.0]
+        lam_h = t.astype(float)
+        scale = 0.5
+        w_r = np.array([0.5] * 5 + [0.2, 0.4, 0.2, 0.4, 0.2])
+    lag = lambda v: np.concatenate([[0.0], v[:-1]])  # noqa: E731  eff_w_t uses lambda_{t-1}
+    return pd.DataFrame({
+        "iteration": t, "env_steps": 100 * t, "ep_return": ret, "cost_hazard": haz, "cost_fuel": fuel,
+        "lambda_hazard": lam_h, "lambda_fuel": lam_f, "eff_w_reward": w_r,
+        "eff_w_hazard": scale * lag(lam_h), "eff_w_fuel": scale * lag(lam_f),
+    })
+
+
+def _write_runs(root: Path, algos: tuple[str, ...] = ("cgrpo", "grpo-screw")) -> Path:
+    """``root/<algo>/seed<k>/{progress.csv, config.json}`` for 3 seeds, and ``root/summary.csv``."""
+    rows = []
+    for algo in algos:
+        for seed in range(3):
+            d = root / algo / f"seed{seed}"
+            d.mkdir(parents=True)
+            _progress(algo, seed).to_csv(d / "progress.csv", index=False)
+            agg = coupling.ALGOS[algo]
+            (d / "config.json").write_text(json.dumps(
+                {"algo": algo, "env_id": coupling.ENV_ID, "seed": seed, "config": {"aggregator": agg, "lr": 0.01}}))
+            rows.append({"algo": algo, "env_id": coupling.ENV_ID, "seed": seed, "optimum": R_STAR})
+    pd.DataFrame(rows).to_csv(root / "summary.csv", index=False)
+    return root
+
+
+@pytest.fixture()
+def runs_dir(tmp_path: Path) -> Path:
+    """2 algorithms x 3 finished seeds, plus one unfinished run (not in summary.csv)."""
+    root = _write_runs(tmp_path / "runs")
+    d = root / "grpo-screw" / "seed7"
+    d.mkdir(parents=True)
+    _progress("grpo-screw", 0).iloc[:4].to_csv(d / "progress.csv", index=False)
+    return root
+
+
+def test_tail_matches_experiment() -> None:
+    """tail_return is the mean over the same tail as agents.experiment.tail_summary."""
+    for n in (1, 7, 10, 553):
+        ret = np.arange(n, dtype=float) ** 1.5
+        records = [{"ep_return": r, "ep_cost": [0.0], "multipliers": []} for r in ret]
+        expected = tail_summary(records, [1.0], None).ep_return
+        p = pd.DataFrame({"iteration": np.arange(n), "env_steps": np.arange(1, n + 1), "ep_return": ret})
+        assert coupling.run_row(p, (), None)["tail_return"] == pytest.approx(expected)
+    assert coupling.tail_length(553) == 111 and coupling.tail_length(10) == 2 and coupling.tail_length(2) == 1
+
+
+def test_violation_rate_and_weight_helpers_by_hand() -> None:
+    assert coupling.violation_rate([9, 9, 9, 0.05, 0.15], 0.1, frac=0.4) == 0.5
+    assert coupling.violation_rate([0.1, 0.1], 0.1, frac=1.0) == 0.0  # "exceeds" is strict
+    assert coupling.violation_rate([1.0, np.nan, 0.0], 0.5, frac=1.0) == 0.5  # NaN left out
+    assert coupling.weight_variability([9, 9, 0.2, 0.4]) == pytest.approx(0.1)
+    assert coupling.weight_variability([9, 9, 9, 0.2, 0.0, 0.4]) == pytest.approx(0.1)  # 0 = no signal
+    assert coupling.zero_weight_fraction([9, 9, 9, 0.2, 0.0, 0.4]) == pytest.approx(1 / 3)
+    assert coupling.transmission([0, 1, 0, 3], [1, 2, 3, 4]) == pytest.approx(1.0)
+    assert coupling.transmission([0, 1, 2, 3], [1, 2, 3, 4]) == pytest.approx(1.0)
+    assert coupling.transmission([0, 0.5, 1, 1.5], [1, 2, 3, 4]) == pytest.approx(0.5)
+
+
+def test_run_metrics_by_hand(runs_dir: Path) -> None:
+    runs, cons = coupling.load_runs(runs_dir)
+    assert [c.name for c in cons] == ["hazard", "fuel"] and [c.limit for c in cons] == [0.1, 12.0]
+    assert sorted((r.algo, r.seed) for r in runs) == [(a, s) for a in ("cgrpo", "grpo-screw") for s in range(3)]
+    by = {(r.algo, r.seed): coupling.run_row(r.progress, cons, r.optimum) for r in runs}
+
+    c1 = by[("cgrpo", 1)]
+    assert c1["tail_iterations"] == 2
+    assert c1["tail_return"] == pytest.approx(1.16)  # (1.11 + 1.21) / 2
+    assert c1["return_gap"] == pytest.approx(R_STAR - 1.16)
+    assert c1["rel_return_gap"] == pytest.approx((R_STAR - 1.16) / R_STAR)
+    assert c1["tail_cost_hazard"] == pytest.approx(0.10) and c1["viol_rate_hazard"] == 0.5  # 0.15 > 0.1
+    assert c1["tail_cost_fuel"] == 12.0 and c1["viol_rate_fuel"] == 0.0
+    assert c1["within_limits"] and c1["return_ok"] and c1["passed"]
+    # lambda_hazard = 0,0,0,0,0,1,2,1,2,1: second half 1,2,1,2,1 -> TV 4, 3 reversals.
+    assert c1["tv_hazard"] == pytest.approx(4.0) and c1["osc_hazard"] == 3
+    assert c1["tail_lambda_hazard"] == pytest.approx(1.5) and c1["max_lambda_hazard"] == 2.0
+    assert c1["tv_fuel"] == 0.0 and c1["osc_fuel"] == 0 and c1["drift_fuel"] == 0.0
+    # eff_w_hazard_t = lambda_{t-1}: second half 0,1,2,1,2; nonzero 1,2,1,2 -> mean 1.5,
+    # std 0.5, one zero in five; w/lambda = 1.
+    assert c1["effw_std_hazard"] == pytest.approx(0.5)
+    assert c1["effw_mean_hazard"] == pytest.approx(1.5) and c1["effw_zero_hazard"] == pytest.approx(0.2)
+    assert c1["effw_std_reward"] == 0.0 and c1["effw_mean_reward"] == 1.0
+    assert c1["transmission_hazard"] == pytest.approx(1.0) and c1["transmission_fuel"] == pytest.approx(1.0)
+
+    s0 = by[("grpo-screw", 0)]
+    assert s0["tail_return"] == pytest.approx(0.9) and not s0["return_ok"]  # 0.9 < 0.9 R* = 1.02
+    assert s0["tail_cost_hazard"] == pytest.approx(0.25) and s0["viol_rate_hazard"] == 1.0
+    assert s0["tail_cost_fuel"] == 12.0 and s0["viol_rate_fuel"] == 0.5  # 13 > 12, 11 not
+    assert not s0["within_limits"] and not s0["passed"]
+    # lambda_hazard = t: second half 6..10 at steps 600..1000: TV 4, no reversal,
+    # drift 2 (s1 - s0) / (s1 + s0) = 0.5, R^2 1, overshoot 0.
+    assert s0["tv_hazard"] == pytest.approx(4.0) and s0["osc_hazard"] == 0
+    assert s0["drift_hazard"] == pytest.approx(0.5) and s0["r2_hazard"] == pytest.approx(1.0)
+    assert s0["max_lambda_hazard"] == 10.0 and s0["tail_lambda_hazard"] == pytest.approx(9.5)
+    # eff_w_reward second half 0.2, 0.4, 0.2, 0.4, 0.2: mean 0.28, std sqrt(0.048 / 5).
+    assert s0["effw_mean_reward"] == pytest.approx(0.28) and s0["effw_std_reward"] == pytest.approx(math.sqrt(0.0096))
+    assert s0["transmission_hazard"] == pytest.approx(0.5) and s0["transmission_fuel"] == pytest.approx(0.5)
+    assert s0["stability_hazard"] < by[("grpo-screw", 2)]["stability_hazard"]  # climbing while violated
+
+    s2 = by[("grpo-screw", 2)]
+    assert s2["passed"] and s2["viol_rate_hazard"] == 0.0  # 0.1 does not exceed 0.1
+
+
+def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    paths, table, summary = coupling.analyze(runs_dir, out, verbose=False)
+    names = {p.name for p in paths}
+    assert names == {"coupling_runs.csv", "coupling_summary.csv", "coupling.md",
+                     "multipliers.png", "effective_weights.png", "costs.png"}
+    assert all((out / n).stat().st_size > 0 for n in names)
+
+    runs_csv = pd.read_csv(out / "coupling_runs.csv")
+    assert len(runs_csv) == 6 and list(runs_csv["algo"]) == ["cgrpo"] * 3 + ["grpo-screw"] * 3
+    summ = pd.read_csv(out / "coupling_summary.csv")
+    assert list(summ.columns) == ["algo", "metric", "mean", "ci_low", "ci_high", "n"]
+    s = summ.set_index(["algo", "metric"])
+
+    r = s.loc[("cgrpo", "tail_return")]
+    assert r["mean"] == pytest.approx(1.16) and r["n"] == 3
+    point, lo, hi = stratified_bootstrap_ci([[1.15, 1.16, 1.17]], np.mean)
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
+    assert 1.15 <= r["ci_low"] <= 1.16 <= r["ci_high"] <= 1.17
+    assert s.loc[("cgrpo", "return_gap"), "mean"] == pytest.approx(R_STAR - 1.16)
+    assert s.loc[("cgrpo", "passed"), "mean"] == 1.0
+    assert s.loc[("grpo-screw", "passed"), "mean"] == pytest.approx(1 / 3)
+    assert s.loc[("grpo-screw", "viol_rate_hazard"), "mean"] == pytest.approx(2 / 3)  # 1, 1, 0
+    assert s.loc[("grpo-screw", "viol_rate_fuel"), "mean"] == pytest.approx(0.5)
+    # Identical seeds: the interval collapses onto the value.
+    t = s.loc[("cgrpo", "tv_hazard")]
+    assert (t["mean"], t["ci_low"], t["ci_high"]) == pytest.approx((4.0, 4.0, 4.0))
+    assert s.loc[("cgrpo", "osc_hazard"), "mean"] == 3.0 and s.loc[("grpo-screw", "osc_hazard"), "mean"] == 0.0
+    assert s.loc[("grpo-screw", "effw_std_reward"), "mean"] == pytest.approx(math.sqrt(0.0096))
+
+    md = (out / "coupling.md").read_text()
+    assert "python -m constrained_grpo.eval.coupling analyze" in md and "| metric | `cgrpo` | `grpo-screw` |" in md
+    assert "1.160 [" in md
+    assert "`config.aggregator`" in md
+
+
+def test_incomplete_runs(runs_dir: Path) -> None:
+    runs, _ = coupling.load_runs(runs_dir)
+    assert ("grpo-screw", 7) not in {(r.algo, r.seed) for r in runs}
+    runs, _ = coupling.load_runs(runs_dir, include_incomplete=True)
+    assert ("grpo-screw", 7) in {(r.algo, r.seed) for r in runs}
+
+
+def test_several_run_dirs_merge(tmp_path: Path) -> None:
+    a = _write_runs(tmp_path / "a", ("cgrpo",))
+    b = _write_runs(tmp_path / "b", ("grpo-screw",))
+    runs, _ = coupling.load_runs([a, b])
+    assert sorted({(r.algo, r.seed) for r in runs}) == [(x, s) for x in ("cgrpo", "grpo-screw") for s in range(3)]
+    assert coupling.config_differences(runs) == {"config.aggregator": {"cgrpo": ["'scadv'"], "grpo-screw": ["'screw'"]}}
+    with pytest.raises(ValueError, match="both in"):
+        coupling.load_runs([a, a])
+
+
+def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="constrained_grpo.agents.experiment"):
+        coupling.load_runs(tmp_path)
+
+
+def test_cli_smoke(runs_dir: Path, tmp_path: Path) -> None:
+    """Both commands end to end in a subprocess, with a tiny batch."""
+    demo = subprocess.run(
+        [sys.executable, "-m", "constrained_grpo.eval.coupling", "demo", "--out", str(tmp_path / "demo"),
+         "--groups", "2", "--group-size", "4", "--points", "3"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "headline" in demo.stdout and (tmp_path / "demo" / "controlled.png").exists()
+    ana = subprocess.run(
+        [sys.executable, "-m", "constrained_grpo.eval.coupling", "analyze", str(runs_dir), "--out", str(tmp_path / "a")],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert ana.returncode == 0, ana.stderr
+    assert "passed 3/3" in ana.stdout and (tmp_path / "a" / "coupling.md").exists()
