@@ -365,7 +365,7 @@ def load_results(
     if not frames:
         raise ResultsError(f"no complete run under {root}")
     table = _finish(pd.concat(frames, ignore_index=True))
-    validate_table(table, tasks, source=str(root))
+    validate_table(table, tasks, source=str(root), extra_columns=extra_columns)
     return Results(table, tasks, tuple(incomplete), failed)
 
 
@@ -386,8 +386,12 @@ def validate_table(
     *,
     source: str = "table",
     known_algos: Collection[str] | None = None,
+    extra_columns: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
     """Check a long table against the schema (module docstring); return it normalised.
+
+    With ``extra_columns``, columns outside the schema (an agent's own logs, such as
+    losses) are allowed and passed through unchecked.
 
     ``tasks`` gives the constraints of each task; tasks missing from it must be
     registered (their metadata, with the exact optimum, is then computed). Raises
@@ -400,7 +404,7 @@ def validate_table(
     if missing:
         raise ResultsError(f"{source}: missing column(s) {missing}; required: {list(REQUIRED_COLUMNS)} plus cost_<name> per constraint")
     unknown = [c for c in df.columns if c not in CORE_COLUMNS and not _PATTERN_COLUMN.match(str(c))]
-    if unknown:
+    if unknown and not extra_columns:
         raise ResultsError(
             f"{source}: unknown column(s) {unknown}; allowed: {list(CORE_COLUMNS)} and cost_<name>, "
             "lambda_<name>, eff_w_<component> (docs/leaderboard_schema.md)"

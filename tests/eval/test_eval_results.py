@@ -221,3 +221,9 @@ def test_train_rows_may_lack_an_estimate_but_not_everywhere(good_table):
     with pytest.raises(ResultsError, match="empty in every train row"):
         validate_table(t, tasks)
     assert math.isnan(float(t.loc[first_train, "return"]))
+
+
+def test_load_results_keeps_an_agents_extra_columns(toy_results: Path) -> None:
+    table = load_results(toy_results, extra_columns=True).table
+    assert "loss" in table.columns and table.loc[table["kind"] == "train", "loss"].notna().any()
+    assert "loss" not in load_results(toy_results).table.columns
