@@ -30,7 +30,7 @@ def _repeat(measure: Callable[[], tuple[float, int]]) -> dict[str, Any]:
     """Best, median and worst rate of ``REPEATS`` timed windows, and the total steps.
 
     The best window is the reported figure (``timeit``'s convention: slower windows are
-    slowed by other processes, not by the code); on this shared 2-core machine a window
+    slowed by other processes, not by the code); on a shared machine a window
     can lose a third of its time to them, so the median is written beside it.
     """
     rates, total = [], 0
