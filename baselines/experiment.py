@@ -32,7 +32,7 @@ import numpy as np
 from constrained_grpo.baselines.agent import BASELINES
 from constrained_grpo.constraints import get_constraints
 from constrained_grpo.files import atomic_write_csv
-from constrained_grpo.registry import make_agent, validate_log_record
+from constrained_grpo.registry import flatten_log_record, make_agent, validate_log_record
 from constrained_grpo.tasks import make_env
 
 __all__ = ["RunSummary", "final_figures", "main", "plot_runs", "run_one"]
@@ -80,11 +80,7 @@ def final_figures(records: Sequence[Mapping[str, Any]], fraction: float = FINAL_
 
 def _flatten(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
     """One progress.csv row: lists become ``cost_<name>`` and ``lambda_<name>`` columns."""
-    row = {k: v for k, v in record.items() if not isinstance(v, (list, tuple))}
-    for name, value in zip(names, record["ep_cost"]):
-        row[f"cost_{name}"] = value
-    for name, value in zip(names, record["multipliers"]):
-        row[f"lambda_{name}"] = value
+    row = flatten_log_record(record, names)
     if "cost_estimate" in record:
         for name, value in zip(names, record["cost_estimate"]):
             row[f"cost_estimate_{name}"] = value

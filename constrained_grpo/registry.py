@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -30,6 +30,7 @@ __all__ = [
     "load_entry_point",
     "make_agent",
     "register_agent",
+    "flatten_log_record",
     "validate_log_record",
 ]
 
@@ -180,6 +181,22 @@ def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
     factory = load_entry_point(spec.entry_point)
     merged = {**spec.defaults, **config}
     return factory(env_id, seed=seed, **merged)
+
+
+def flatten_log_record(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    """A ``learn`` record as one CSV row of the acceptance experiments' ``progress.csv``:
+    scalars kept under their keys, ``ep_cost`` and ``multipliers`` spread into
+    ``cost_<name>`` and ``lambda_<name>``, other vectors dropped.
+
+    (The harness's own ``progress.csv`` uses ``constrained_grpo.eval.storage.flatten_record``,
+    which also renames ``ep_return`` and keeps every vector.)
+    """
+    row = {k: v for k, v in record.items() if not isinstance(v, (list, tuple))}
+    for name, c in zip(names, record["ep_cost"]):
+        row[f"cost_{name}"] = c
+    for name, m in zip(names, record["multipliers"]):
+        row[f"lambda_{name}"] = m
+    return row
 
 
 def validate_log_record(record: Mapping[str, Any], num_constraints: int | None = None) -> None:

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.files import atomic_write_csv
+from constrained_grpo.registry import flatten_log_record as flatten_record  # re-exported for the text experiment
 from constrained_grpo.registry import make_agent
 
 __all__ = ["TailSummary", "first_time_criterion_met", "flatten_record", "main", "optimum_return", "run_experiment", "run_one", "tail_summary"]
@@ -104,16 +105,6 @@ def first_time_criterion_met(
             r = records[end - 1]
             return {"iteration": r["iteration"], "env_steps": r["env_steps"], "wall_s": r["wall_s"]}
     return None
-
-
-def flatten_record(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """A progress.csv row: ``ep_cost`` and ``multipliers`` become ``cost_<name>``, ``lambda_<name>``."""
-    row = {k: v for k, v in record.items() if not isinstance(v, (list, tuple))}
-    for name, c in zip(names, record["ep_cost"]):
-        row[f"cost_{name}"] = c
-    for name, m in zip(names, record["multipliers"]):
-        row[f"lambda_{name}"] = m
-    return row
 
 
 def run_one(
