@@ -114,6 +114,7 @@ class CostRolloutBuffer(RolloutBuffer):
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
 
     def reset(self) -> None:
+        self._cost_values_set = False  # every step's V_c given to add(), or set by set_cost_values()
         shape = (self.buffer_size, self.n_envs, self.n_costs)
         self.costs = np.zeros(shape, dtype=np.float32)
         self.cost_values = np.zeros(shape, dtype=np.float32)
@@ -133,12 +134,23 @@ class CostRolloutBuffer(RolloutBuffer):
         costs: np.ndarray | None = None,
         cost_values: th.Tensor | None = None,
     ) -> None:
-        """SB3's ``add`` plus this step's costs ``(N, K)`` and cost values ``(N, K)``."""
-        if costs is None or cost_values is None:
-            raise TypeError("CostRolloutBuffer.add needs costs= and cost_values= (shape (n_envs, K))")
+        """SB3's ``add`` plus this step's costs ``(N, K)`` and, optionally, its cost values
+        ``(N, K)`` (else :meth:`set_cost_values` gives the whole rollout's at once)."""
+        if costs is None:
+            raise TypeError("CostRolloutBuffer.add needs costs= (shape (n_envs, K))")
         self.costs[self.pos] = np.asarray(costs, dtype=np.float32).reshape(self.n_envs, self.n_costs)
-        self.cost_values[self.pos] = cost_values.clone().cpu().numpy().reshape(self.n_envs, self.n_costs)
+        if cost_values is not None:
+            self.cost_values[self.pos] = cost_values.cpu().numpy().reshape(self.n_envs, self.n_costs)
+            self._cost_values_set = self.pos == 0 or self._cost_values_set
+        else:
+            self._cost_values_set = False
         super().add(obs, action, reward, episode_start, value, log_prob)  # advances self.pos
+
+    def set_cost_values(self, cost_values: np.ndarray) -> None:
+        """``V_c(s_t)`` of every stored step at once, shape ``(T, N, K)``: the cost critic
+        does not choose actions, so the algorithm may evaluate it once per rollout."""
+        self.cost_values[...] = np.asarray(cost_values, dtype=np.float32).reshape(self.cost_values.shape)
+        self._cost_values_set = True
 
     def compute_returns_and_advantage(  # type: ignore[override]
         self, last_values: th.Tensor, dones: np.ndarray, last_cost_values: th.Tensor | None = None
@@ -146,6 +158,11 @@ class CostRolloutBuffer(RolloutBuffer):
         """Reward GAE (SB3's) and cost GAE per constraint (see the module docstring)."""
         if last_cost_values is None:
             raise TypeError("CostRolloutBuffer needs last_cost_values= (shape (n_envs, K)) for the cost GAE")
+        if not self._cost_values_set:
+            raise TypeError(
+                "CostRolloutBuffer has no cost values for some steps: pass cost_values= to every add() "
+                "or call set_cost_values() before compute_returns_and_advantage()"
+            )
         super().compute_returns_and_advantage(last_values, dones)
         self.reward_advantages = self.advantages.copy()
         self.cost_advantages, self.cost_returns = gae(

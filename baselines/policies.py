@@ -70,17 +70,6 @@ class CostActorCriticPolicy(ActorCriticPolicy):
         pi_features, vf_features = features
         return self.mlp_extractor.forward_actor(pi_features), self.mlp_extractor.forward_critic(vf_features), vf_features
 
-    def forward_with_costs(
-        self, obs: th.Tensor, deterministic: bool = False
-    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-        """SB3's ``forward`` plus ``V_c``: ``(actions, values, cost_values, log_prob)``."""
-        latent_pi, latent_vf, vf_features = self._latents(obs)
-        distribution = self._get_action_dist_from_latent(latent_pi)
-        actions = distribution.get_actions(deterministic=deterministic)
-        log_prob = distribution.log_prob(actions)
-        actions = actions.reshape((-1, *self.action_space.shape))  # type: ignore[misc]
-        return actions, self.value_net(latent_vf), self.cost_value_net(vf_features), log_prob
-
     def evaluate_actions_with_costs(
         self, obs: PyTorchObs, actions: th.Tensor
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor | None]:

@@ -2,8 +2,9 @@
 
 For ``max_pi J_r(pi)  s.t.  J_k(pi) <= d_k`` (k = 1..K) one iteration is
 
-1. collect a rollout, storing this step's cost vector ``info["costs"]`` and the cost
-   critic's ``V_c(s)`` beside SB3's reward data (:class:`CostRolloutBuffer`);
+1. collect a rollout, storing each step's cost vector ``info["costs"]`` beside SB3's
+   reward data (:class:`CostRolloutBuffer`); the cost critic's ``V_c(s_t)`` does not
+   choose actions, so it is evaluated once on the whole rollout afterwards;
 2. reward GAE ``A_r`` and, per constraint, cost GAE ``A_ck``;
 3. one multiplier step from ``Jhat_k``, the mean episodic cost of the episodes that
    ended in this rollout (the last ``cost_window`` episodes if none ended), with any
@@ -44,7 +45,7 @@ from constrained_grpo.baselines.policies import CostActorCriticPolicy
 from constrained_grpo.constraints import Constraint, costs_from_info
 from constrained_grpo.multipliers import Multiplier
 
-__all__ = ["PPOLagrangian", "lagrangian_advantage", "normalize_advantage"]
+__all__ = ["PPOLagrangian", "clip_grad_norms_", "lagrangian_advantage", "normalize_advantage"]
 
 
 def normalize_advantage(adv: np.ndarray, mode: str, eps: float = 1e-8) -> np.ndarray:
@@ -87,6 +88,27 @@ def lagrangian_advantage(
             f"multipliers {lam.shape}"
         )
     return (a_r - a_c @ lam) / (1.0 + lam.sum())
+
+
+@th.no_grad()
+def clip_grad_norms_(groups: Sequence[Sequence[th.nn.Parameter]], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(group, max_norm)`` for each group of parameters
+    (2-norm, CPU or one device), with the same arithmetic, in one pass over the gradients:
+
+        g <- g * min(max_norm / (||g_group||_2 + 1e-6), 1)   for every g of a group.
+    """
+    grads = [[p.grad for p in group if p.grad is not None] for group in groups]
+    grads = [g for g in grads if g]
+    if not grads:
+        return
+    norms = th._foreach_norm([g for group in grads for g in group], 2.0)
+    totals, start = [], 0
+    for group in grads:
+        totals.append(th.linalg.vector_norm(th.stack(norms[start : start + len(group)]), 2.0))
+        start += len(group)
+    coefs = th.clamp(float(max_norm) / (th.stack(totals) + 1e-6), max=1.0)
+    for group, coef in zip(grads, coefs):
+        th._foreach_mul_(group, coef)
 
 
 class PPOLagrangian(PPO):
@@ -208,13 +230,14 @@ class PPOLagrangian(PPO):
             self.policy.reset_noise(env.num_envs)
         callback.on_rollout_start()
         finished: list[np.ndarray] = []  # cost: episodic cost vectors of episodes ending in this rollout
+        truncated: list[tuple[int, int, np.ndarray, th.Tensor]] = []  # cost: (step, env, cost, terminal obs)
 
         while n_steps < n_rollout_steps:
             if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
                 self.policy.reset_noise(env.num_envs)
             with th.no_grad():
                 obs_tensor = obs_as_tensor(self._last_obs, self.device)  # type: ignore[arg-type]
-                actions, values, cost_values, log_probs = self.policy.forward_with_costs(obs_tensor)  # cost:
+                actions, values, log_probs = self.policy(obs_tensor)
             actions = actions.cpu().numpy()
             clipped_actions = actions
             if isinstance(self.action_space, spaces.Box):
@@ -249,9 +272,9 @@ class PPOLagrangian(PPO):
                     terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
                     with th.no_grad():
                         terminal_value = self.policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
-                        terminal_cost_value = self.policy.predict_cost_values(terminal_obs)[0]  # cost:
                     rewards[idx] += self.gamma * terminal_value
-                    costs[idx] += rollout_buffer.cost_gamma * terminal_cost_value.cpu().numpy()  # cost:
+                    # cost: bootstrapped with V_c after the rollout (_cost_values).
+                    truncated.append((rollout_buffer.pos, idx, costs[idx].copy(), terminal_obs))  # type: ignore[arg-type]
 
             rollout_buffer.add(
                 self._last_obs,  # type: ignore[arg-type]
@@ -261,7 +284,6 @@ class PPOLagrangian(PPO):
                 values,
                 log_probs,
                 costs=costs,  # cost:
-                cost_values=cost_values,  # cost:
             )
             self._last_obs = new_obs  # type: ignore[assignment]
             self._last_episode_starts = dones
@@ -269,13 +291,38 @@ class PPOLagrangian(PPO):
         with th.no_grad():
             obs_tensor = obs_as_tensor(new_obs, self.device)  # type: ignore[arg-type]
             values = self.policy.predict_values(obs_tensor)
-            cost_values = self.policy.predict_cost_values(obs_tensor)  # cost:
-        rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones, last_cost_values=cost_values)
+        last_cost_values = self._cost_values(rollout_buffer, truncated, obs_tensor)  # cost:
+        rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones, last_cost_values=last_cost_values)
         self._update_multipliers(finished)  # cost: once per rollout, before the policy update
         self._mix_advantages()  # cost: the actor's advantage, read by SB3's PPO.train
         callback.update_locals(locals())
         callback.on_rollout_end()
         return True
+
+    @th.no_grad()
+    def _cost_values(
+        self,
+        buffer: CostRolloutBuffer,
+        truncated: list[tuple[int, int, np.ndarray, th.Tensor]],
+        last_obs: th.Tensor,
+    ) -> th.Tensor:
+        """The cost critic on the whole rollout, after it: ``V_c(s_t)`` into the buffer,
+        ``c_t += gamma_c V_c(s_terminal)`` for time-limit truncations (as SB3 bootstraps the
+        reward), and ``V_c`` of the observation after the last step (returned).
+
+        The policy acts without the cost critic and its weights do not change during a
+        rollout, so one batched forward pass replaces one per step.
+        """
+        obs = buffer.observations
+        n_steps, n_envs = obs.shape[:2]
+        flat = obs_as_tensor(obs.reshape(n_steps * n_envs, *obs.shape[2:]), self.device)
+        buffer.set_cost_values(self.policy.predict_cost_values(flat).cpu().numpy().reshape(n_steps, n_envs, -1))
+        for step, idx, cost, terminal_obs in truncated:
+            # One observation per pass, not one batch: a batch of one rounds differently in
+            # the BLAS, and these values must not depend on how many episodes were truncated.
+            cost += buffer.cost_gamma * self.policy.predict_cost_values(terminal_obs)[0].cpu().numpy()
+            buffer.costs[step, idx] = cost
+        return self.policy.predict_cost_values(last_obs)
 
     def _update_multipliers(self, finished: list[np.ndarray]) -> None:
         """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes."""
@@ -364,8 +411,7 @@ class PPOLagrangian(PPO):
                 loss.backward()
                 # cost: clip the cost critic apart, so that a large cost regression error
                 # (costs may count in tens) cannot shrink the actor's step.
-                th.nn.utils.clip_grad_norm_(sb3_parameters, self.max_grad_norm)
-                th.nn.utils.clip_grad_norm_(cost_parameters, self.max_grad_norm)
+                clip_grad_norms_((sb3_parameters, cost_parameters), self.max_grad_norm)
                 self.policy.optimizer.step()
             self._n_updates += 1
             if not continue_training:

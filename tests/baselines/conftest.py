@@ -1,5 +1,6 @@
 """Test-only tasks for the baselines: a fixed-length episode with known costs, and a task
-that declares constraints but reports no cost vector (registered under ``TestBaselines/``)."""
+that declares constraints but reports no cost vector, and a time-limited variant
+(registered under ``TestBaselines/``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from constrained_grpo.constraints import Constraint
 
 FIXED_COST_ID = "TestBaselines/FixedCost-v0"
 NO_COSTS_ID = "TestBaselines/NoCosts-v0"
+TRUNCATED_ID = "TestBaselines/FixedCostTruncated-v0"
 EPISODE_LENGTH = 5
 
 
@@ -56,6 +58,15 @@ class NoCostsEnv(FixedCostEnv):
         return obs, reward, terminated, truncated, {}
 
 
-for _id, _cls in ((FIXED_COST_ID, FixedCostEnv), (NO_COSTS_ID, NoCostsEnv)):
+class TruncatedCostEnv(FixedCostEnv):
+    """FixedCostEnv whose episodes are truncated (time limit), not terminated, after
+    ``EPISODE_LENGTH`` steps: the learner must bootstrap the last step with its critics."""
+
+    def step(self, action: Any):
+        obs, reward, terminated, _, info = super().step(action)
+        return obs, reward, False, terminated, info
+
+
+for _id, _cls in ((FIXED_COST_ID, FixedCostEnv), (NO_COSTS_ID, NoCostsEnv), (TRUNCATED_ID, TruncatedCostEnv)):
     if _id not in gym.registry:
         gym.register(id=_id, entry_point=_cls)

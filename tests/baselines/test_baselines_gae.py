@@ -10,10 +10,15 @@ from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 
 from constrained_grpo.baselines.buffers import CostRolloutBuffer, gae
-from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian, lagrangian_advantage, normalize_advantage
+from constrained_grpo.baselines.ppo_lagrangian import (
+    PPOLagrangian,
+    clip_grad_norms_,
+    lagrangian_advantage,
+    normalize_advantage,
+)
 from constrained_grpo.registry import make_agent
 
-from conftest import EPISODE_LENGTH, FIXED_COST_ID
+from conftest import EPISODE_LENGTH, FIXED_COST_ID, TRUNCATED_ID
 
 # One env, T=4, K=2: steps 0-1 are one episode, steps 2-3 the start of the next.
 COSTS = np.array([[1.0, 0.5], [0.0, 0.5], [1.0, 0.5], [1.0, 0.5]])
@@ -80,6 +85,76 @@ def test_buffer_needs_costs() -> None:
     _, ours, _ = _filled_buffers()
     with pytest.raises(TypeError, match="last_cost_values"):
         ours.compute_returns_and_advantage(th.zeros(3, 1), np.zeros(3))
+
+
+def test_buffer_cost_values_after_the_rollout_equal_per_step() -> None:
+    """set_cost_values((T, N, K)) once == cost_values= at every add; none at all is an error."""
+    _, per_step, data = _filled_buffers(seed=1)
+    _, later, _ = _filled_buffers(seed=1)
+    later.cost_values[...] = 0.0
+    last_values, dones, last_cost_values = th.rand(3, 1), np.array([1.0, 0.0, 0.0]), th.rand(3, 2)
+    with pytest.raises(TypeError, match="set_cost_values"):
+        fresh = CostRolloutBuffer(2, spaces.Box(-1, 1, (2,)), spaces.Discrete(2), n_envs=1, n_costs=1)
+        for _ in range(2):
+            fresh.add(np.zeros((1, 2)), np.zeros((1, 1)), np.zeros(1), np.zeros(1), th.zeros(1, 1), th.zeros(1),
+                      costs=np.ones((1, 1)))
+        fresh.compute_returns_and_advantage(th.zeros(1, 1), np.zeros(1), last_cost_values=th.zeros(1, 1))
+    later.set_cost_values(data["cost_values"])
+    for buf in (per_step, later):
+        buf.compute_returns_and_advantage(last_values, dones, last_cost_values=last_cost_values)
+    np.testing.assert_array_equal(later.cost_advantages, per_step.cost_advantages)
+    np.testing.assert_array_equal(later.cost_returns, per_step.cost_returns)
+
+
+def test_clip_grad_norms_equals_torch_per_group() -> None:
+    th.manual_seed(0)
+    nets = [th.nn.Linear(3, 4), th.nn.Linear(4, 2)]
+    for scale, net in zip((10.0, 0.01), nets):  # first group clipped, second left alone
+        for p in net.parameters():
+            p.grad = scale * th.randn_like(p)
+    expected = []
+    for net in nets:
+        grads = [p.grad.clone() for p in net.parameters()]
+        norm = th.linalg.vector_norm(th.stack([g.norm() for g in grads]))
+        expected.append([g * min(1.0, 0.5 / (norm.item() + 1e-6)) for g in grads])
+    clip_grad_norms_([list(net.parameters()) for net in nets], 0.5)
+    for net, want in zip(nets, expected):
+        for p, w in zip(net.parameters(), want):
+            th.testing.assert_close(p.grad, w)
+    assert th.linalg.vector_norm(th.stack([p.grad.norm() for p in nets[0].parameters()])) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_time_limit_truncation_bootstraps_the_costs() -> None:
+    """A truncated episode's last cost gets gamma_c * V_c(terminal obs) added, like SB3's reward.
+
+    The cost critic is the constant (2, 3) (zero last layer weights, learning rate 0), so
+    the last step of each episode stores c + 0.9 * (2, 3) = (1 + 1.8, 1 + 2.7), every other
+    step its own cost (1, 0), and V_c(s_t) = (2, 3) everywhere.
+    """
+    agent = make_agent("ppo-lag", TRUNCATED_ID, seed=0, n_envs=2, n_steps=2 * EPISODE_LENGTH, batch_size=10,
+                       n_epochs=1, cost_gamma=0.9, learning_rate=0.0)
+    model = agent.model
+    with th.no_grad():
+        last = model.policy.cost_value_net[-1]
+        last.weight.zero_()
+        last.bias.copy_(th.tensor([2.0, 3.0]))
+    seen: list[np.ndarray] = []
+
+    class Check(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+        def _on_rollout_end(self) -> None:
+            buf = self.model.rollout_buffer
+            np.testing.assert_allclose(buf.cost_values, np.broadcast_to([2.0, 3.0], buf.cost_values.shape))
+            seen.append(buf.costs.copy())
+
+    model.learn(2 * 2 * EPISODE_LENGTH * 2, callback=Check())
+    assert len(seen) == 2
+    expected = np.tile([[1.0, 0.0]] * (EPISODE_LENGTH - 1) + [[1.0 + 1.8, 1.0 + 2.7]], (2, 1))
+    for costs in seen:
+        for env in range(2):
+            np.testing.assert_allclose(costs[:, env], expected, rtol=1e-6)
 
 
 class _CheckCostReturns(BaseCallback):
