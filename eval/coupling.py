@@ -733,7 +733,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
     for ax, c in zip(axes[0, 1:], constraints):
         _panel(ax, by_algo, f"cost_{c.name}", colors, smooth=SMOOTH)
         ax.axhline(c.limit, color="r", ls="--", lw=1, label=f"limit {c.limit:g}")
-        ax.axhline(c.limit * (1 + TOL), color="r", ls=":", lw=1, label=f"1.1 × limit")
+        ax.axhline(c.limit * (1 + TOL), color="r", ls=":", lw=1, label=f"{1 + TOL:g} × limit")
         ax.set(title=f"cost {c.name}", xlabel="env steps")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

@@ -32,7 +32,6 @@ keeps it). The same schema is the submission format (docs/leaderboard_schema.md)
 from __future__ import annotations
 
 import json
-
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping
