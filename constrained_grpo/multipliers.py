@@ -16,6 +16,7 @@ rule projects onto ``[0, lambda_max]``.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -57,7 +58,8 @@ class MultiplierConfig:
     """Upper bound of the projection ``[0, lambda_max]``."""
     normalize: bool = False
     """Divide the violation ``Jhat_k - d_k`` by ``d_k`` (when ``d_k > 0``) so that one
-    step size suits limits of different scales."""
+    step size suits limits of different scales; the PID rule divides its derivative term
+    (the rise of the cost) by ``d_k`` as well."""
     warmup: int = 0
     """Number of initial ``update`` calls that leave the multipliers at ``init``."""
 
@@ -73,9 +75,11 @@ class MultiplierConfig:
     kp: float = 0.1
     """Proportional gain on the (EMA-smoothed) violation."""
     ki: float = 0.01
-    """Integral gain; the integral is clamped to ``[0, integral_max]`` (anti wind-up)."""
+    """Integral gain; the integral is clamped to ``[0, min(integral_max, lambda_max)]``
+    (anti wind-up)."""
     kd: float = 0.01
-    """Derivative gain on the rise of the (EMA-smoothed) cost over ``d_delay`` updates."""
+    """Derivative gain on the rise of the (EMA-smoothed) cost over ``d_delay`` updates
+    (relative to ``d_k`` under ``normalize``)."""
     ema_p: float = 0.95
     """EMA coefficient of the proportional term: ``P <- a P + (1 - a) e``."""
     ema_d: float = 0.95
@@ -83,7 +87,7 @@ class MultiplierConfig:
     d_delay: int = 10
     """Lag, in updates, of the derivative term's difference."""
     integral_max: float = 100.0
-    """Clamp of the integral term."""
+    """Clamp of the integral term; ``lambda_max`` bounds it too, whichever is lower."""
 
     def __post_init__(self) -> None:
         if self.rule not in MULTIPLIER_RULES:
@@ -134,12 +138,15 @@ class Multiplier:
     def num_constraints(self) -> int:
         return int(self.limits.size)
 
+    def scaled(self, v: np.ndarray) -> np.ndarray:
+        """``v_k / d_k`` where ``normalize`` and ``d_k > 0``; ``v_k`` otherwise."""
+        if not self.config.normalize:
+            return v
+        return np.where(self.limits > 0, v / np.where(self.limits > 0, self.limits, 1.0), v)
+
     def violation(self, mean_costs: np.ndarray) -> np.ndarray:
         """``e_k = Jhat_k - d_k``, divided by ``d_k`` where ``normalize`` and ``d_k > 0``."""
-        e = mean_costs - self.limits
-        if self.config.normalize:
-            e = np.where(self.limits > 0, e / np.where(self.limits > 0, self.limits, 1.0), e)
-        return e
+        return self.scaled(mean_costs - self.limits)
 
     def update(self, mean_costs: np.ndarray | list[float]) -> np.ndarray:
         """One multiplier step from the batch estimate of ``J_k``; returns the new values."""
@@ -162,7 +169,8 @@ class Multiplier:
 
     # --- persistence (plain lists: JSON-safe) ---------------------------------
     def state_dict(self) -> dict[str, Any]:
-        state = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in vars(self).items()}
+        """A snapshot: copies, never views of the live state, so later updates leave it as is."""
+        state = {k: (v.tolist() if isinstance(v, np.ndarray) else copy.deepcopy(v)) for k, v in vars(self).items()}
         state["config"] = asdict(self.config)
         return state
 
@@ -171,9 +179,9 @@ class Multiplier:
             if key == "config":
                 self.config = MultiplierConfig.from_dict(value)
             elif isinstance(getattr(self, key, None), np.ndarray):
-                setattr(self, key, np.asarray(value, dtype=np.float64))
+                setattr(self, key, np.array(value, dtype=np.float64))
             else:
-                setattr(self, key, value)
+                setattr(self, key, copy.deepcopy(value))
 
 
 class DualAscentMultiplier(Multiplier):
@@ -248,16 +256,29 @@ class AdamMultiplier(Multiplier):
 class PIDMultiplier(Multiplier):
     """PID Lagrangian (Stooke, Achiam & Abbeel 2020, Algorithm 2; OmniSafe's ``PIDLagrangian``).
 
-    With ``e_t = Jhat_t - d``:
+    With ``e_t = Jhat_t - d`` and ``s(v) = v / d`` under ``normalize`` (``v`` otherwise):
 
-        P_t = a_p P_{t-1} + (1 - a_p) e_t                          (EMA of the error)
-        I_t = clip(I_{t-1} + K_i e_t, 0, I_max)                   (anti wind-up)
-        C_t = a_d C_{t-1} + (1 - a_d) Jhat_t                       (EMA of the cost)
-        D_t = max(0, C_t - C_{t - delay})                          (only a rising cost)
+        P_t = a_p P_{t-1} + (1 - a_p) s(e_t),           P_0 = 0         (EMA of the error)
+        I_t = clip(I_{t-1} + K_i s(e_t), 0, I_hi),      I_0 = init      (anti wind-up)
+        C_t = a_d C_{t-1} + (1 - a_d) Jhat_t,            C_0 = 0         (EMA of the cost)
+        D_t = max(0, s(C_t - C_{max(0, t - delay)}))                     (only a rising cost)
         lambda_t = clip(K_p P_t + I_t + K_d D_t, 0, lambda_max)
 
-    The proportional and derivative terms damp the oscillation that pure integral
-    control (= dual ascent) shows; the integral keeps the steady state at the limit.
+    with ``I_hi = min(integral_max, lambda_max)``. The proportional and derivative terms
+    damp the oscillation that pure integral control (= dual ascent) shows; the integral
+    keeps the steady state at the limit.
+
+    As in OmniSafe, both EMAs start at 0 and the derivative's reference is ``C_0 = 0``
+    for the first ``delay`` updates. Deliberate differences from OmniSafe:
+
+    - ``normalize`` divides all three terms by ``d`` (OmniSafe's ``sum_norm`` and
+      ``diff_norm`` rescale the advantages instead), so one set of gains suits limits of
+      any scale: a cost that doubles its limit gives the same ``P``, ``I`` and ``D``
+      whether ``d`` is 0.1 or 30;
+    - the integral is bounded by ``lambda_max`` (OmniSafe bounds it only below, or by 1
+      under ``diff_norm``): an integral above the output's bound would hold lambda at
+      ``lambda_max`` for as many updates as it takes to unwind, long after the violation
+      ended.
     """
 
     rule = "pid"
@@ -266,27 +287,24 @@ class PIDMultiplier(Multiplier):
         super().__init__(limits, config)
         self.p = np.zeros_like(self.values)
         self.integral = np.full_like(self.values, self.config.init)
-        self.cost_ema: np.ndarray | None = None
-        self.cost_history: list[list[float]] = []
+        self.cost_ema = np.zeros_like(self.values)
+        # C_{t-delay}, ..., C_{t-1} (at most ``d_delay`` entries); the oldest is D's reference.
+        self.cost_history: list[list[float]] = [self.cost_ema.tolist()]
 
     def _step(self, mean_costs: np.ndarray) -> None:
         c = self.config
         e = self.violation(mean_costs)
         self.p = c.ema_p * self.p + (1 - c.ema_p) * e
-        self.integral = np.clip(self.integral + c.ki * e, 0.0, c.integral_max)
-        if self.cost_ema is None:
-            self.cost_ema = mean_costs.copy()
-        else:
-            self.cost_ema = c.ema_d * self.cost_ema + (1 - c.ema_d) * mean_costs
-        self.cost_history.append(self.cost_ema.tolist())
-        self.cost_history = self.cost_history[-(c.d_delay + 1):]
-        derivative = np.maximum(0.0, self.cost_ema - np.asarray(self.cost_history[0]))
+        self.integral = np.clip(self.integral + c.ki * e, 0.0, min(c.integral_max, c.lambda_max))
+        self.cost_ema = c.ema_d * self.cost_ema + (1 - c.ema_d) * mean_costs
+        derivative = np.maximum(0.0, self.scaled(self.cost_ema - np.asarray(self.cost_history[0])))
+        self.cost_history = [*self.cost_history, self.cost_ema.tolist()][-c.d_delay:]
         self.values = c.kp * self.p + self.integral + c.kd * derivative
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("cost_ema", ()) is None:  # a state saved before the first update by older code
+            state = {**state, "cost_ema": [0.0] * self.num_constraints, "cost_history": [[0.0] * self.num_constraints]}
         super().load_state_dict(state)
-        if self.cost_ema is not None:
-            self.cost_ema = np.asarray(self.cost_ema, dtype=np.float64)
 
 
 MULTIPLIER_RULES: dict[str, type[Multiplier]] = {

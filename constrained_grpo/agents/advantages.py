@@ -21,7 +21,7 @@ Estimators (operate along the group axis, any trailing shape):
 - ``mean``       Dr. GRPO:                        A = x - mean
 - ``batch_std``  TRL ``scale_rewards="batch"``:   A = (x - mean_group) / std_batch
 - ``softmax``    SoftmaxGRPO (arXiv 2608.09271):  A = G softmax(x / tau) - 1
-- ``maxrl``      MaxRL (arXiv 2602.02710):        A = (x - mean) / mean  (0 when mean <= 0)
+- ``maxrl``      MaxRL (arXiv 2602.02710):        A = (x' - mean) / mean on x' = x - min(0, min_batch x)
 
 Aggregators (``[P, G, 1+K]`` -> ``[P, G]``):
 
@@ -31,6 +31,11 @@ Aggregators (``[P, G, 1+K]`` -> ``[P, G]``):
 - ``gdpo``    GDPO (arXiv 2601.05242):            A = batchnorm(sum_j c_j Z_j)
 - ``dara``    DARA density weights:               A = batchnorm(sum_j w_j c_j Z_j)  (symmetric)
                                                   A = batchnorm(sum_j [w_j (c_j Z_j)_+ + (c_j Z_j)_-])
+
+``eps`` (the config's ``adv_eps``) is added to every standard deviation that divides:
+the group std of ``zscore``, the batch std of ``batch_std``, and for GDPO and DARA both
+the per-component group std of ``Z_j = (x_j - mean) / (std + eps)`` and the std of the
+final ``batchnorm``. ``mean`` and ``softmax`` have no std; ``maxrl`` adds it to its mean.
 
 Effective weights (:func:`effective_weights`) say how much each component moves the
 advantage, per unit of its within-group standard deviation. For ScRew with z-scores
@@ -107,9 +112,10 @@ def zscore(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return np.where(varies, centred / np.where(varies, group_std(x) + eps, 1.0), 0.0)
 
 
-def standardize(x: np.ndarray) -> np.ndarray:
-    """``Z``: each component z-scored within its group (0 where its std is 0)."""
-    return zscore(x, eps=0.0)
+def standardize(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """``Z = (x - mean_g x) / (std_g x + eps)``: each component z-scored within its group
+    (0 where its std is 0)."""
+    return zscore(x, eps=eps)
 
 
 def mean_only(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
@@ -150,15 +156,24 @@ def softmax_adv(x: np.ndarray, tau: float = 1.0, eps: float = 0.0) -> np.ndarray
 
 
 def maxrl(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
-    """MaxRL: ``(x - mean_g x) / mean_g x``; 0 where ``mean_g x <= 0``.
+    """MaxRL: ``A = (x' - mean_g x') / (mean_g x' + eps)`` on ``x' = x - min(0, min_batch x)``.
 
-    Meant for non-negative rewards such as success indicators, where dividing by the
-    success rate ``mean x`` weights hard starts up (maximum-likelihood gradient).
+    MaxRL is defined for non-negative rewards such as success indicators, where dividing
+    by the success rate ``mean x`` weights hard starts up (the gradient of
+    ``log E[x]``); such inputs are used as they are. Inputs that go below 0 (a step
+    penalty, a scalarized ``R - lambda C``) are shifted, per component, by their minimum
+    over the whole batch (all ``P x G`` samples): the worst sample of the batch counts as
+    a failure (``x' = 0``) and the estimator is MaxRL's on ``log E[x - min x]``. Without
+    the shift a group with ``mean <= 0`` would lose its signal and one with a mean just
+    above 0 would be blown up without bound. On ``x' >= 0`` every advantage lies in
+    ``[-1, G - 1]``; a group whose values are all equal gets 0.
     """
     x = np.asarray(x, dtype=np.float64)
+    if x.size:
+        x = x - np.minimum(0.0, x.min(axis=(0, 1), keepdims=True))
     mean = x.mean(axis=1, keepdims=True)
-    centred, _ = _centred(x)
-    positive = mean > _zero_tol(x, 1)
+    centred, varies = _centred(x)
+    positive = varies & (mean > 0)
     return np.where(positive, centred / np.where(positive, mean + eps, 1.0), 0.0)
 
 
@@ -281,10 +296,10 @@ def gdpo(x: np.ndarray, lambdas: np.ndarray, reward_weight: float = 1.0, eps: fl
     """GDPO (arXiv 2601.05242): ``A = batchnorm(sum_j c_j Z_j)``.
 
     Each component is z-scored in its group (decoupled normalization), the weighted sum
-    is then normalized once over the whole batch.
+    is then normalized once over the whole batch; ``eps`` is added to both stds.
     """
     x, lam = _check_components(x, lambdas)
-    return batch_normalize(standardize(x) @ signed_weights(lam, reward_weight), eps)
+    return batch_normalize(standardize(x, eps) @ signed_weights(lam, reward_weight), eps)
 
 
 def dara_weights(x: np.ndarray, max_weight: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
@@ -314,11 +329,12 @@ def dara(
 
     With ``u_j = c_j Z_j`` and DARA weights ``w_j`` (:func:`dara_weights`):
     symmetric ``sum_j w_j u_j``; asymmetric ``sum_j [w_j max(u_j, 0) + min(u_j, 0)]``
-    (only the good side of a sparse signal is amplified); then ``batchnorm``.
+    (only the good side of a sparse signal is amplified); then ``batchnorm``. ``eps`` is
+    added to the stds of ``Z_j`` and of the batchnorm.
     """
     x, lam = _check_components(x, lambdas)
     w, _ = dara_weights(x, max_weight)
-    u = standardize(x) * signed_weights(lam, reward_weight)  # [P, G, 1+K]
+    u = standardize(x, eps) * signed_weights(lam, reward_weight)  # [P, G, 1+K]
     if symmetric:
         total = (w * u).sum(axis=-1)
     else:
@@ -373,12 +389,13 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
     - ``screw``:  ``w_pj = |c_j| sigma_pj g_p(S)``; with z-scores ``g_p(S) = 1 / sigma_pS``,
       i.e. ``lambda_j sigma_j / sigma_S`` (Thm 4.1 of arXiv 2602.05863);
     - ``scadv``:  ``w_pj = |c_j| sigma_pj g_p(x_j)`` [/ (1 + sum lambda)]; ``lambda_j`` with z-scores;
-    - ``gdpo``:   ``w_pj = |c_j| / sigma_batch(sum_i c_i Z_i)``;
-    - ``dara``:   ``w_pj = |c_j| m_j / sigma_batch(total)``, ``m_j = w_j`` (symmetric) or the
-      least-squares slope ``w_j f_j + (1 - f_j)`` with ``f_j`` the share of ``u_j^2`` on its
-      positive side (asymmetric),
+    - ``gdpo``:   ``w_pj = |c_j| s_pj / (sigma_batch(sum_i c_i Z_i) + eps)``;
+    - ``dara``:   ``w_pj = |c_j| m_j s_pj / (sigma_batch(total) + eps)``, ``m_j = w_j`` (symmetric)
+      or the least-squares slope ``w_j f_j + (1 - f_j)`` with ``f_j`` the share of ``u_j^2``
+      on its positive side (asymmetric),
 
-    where ``g_p`` is :func:`estimator_slope` and ``c`` the signed weights. The batch value is
+    where ``g_p`` is :func:`estimator_slope`, ``c`` the signed weights and
+    ``s_pj = sigma_pj / (sigma_pj + eps)`` (1 when ``eps = 0``). The batch value is
     the mean of ``w_pj`` over the groups in which component j varies (0 if it varies in none):
     the weight a component gets whenever it carries signal.
     """
@@ -397,11 +414,13 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
         if spec.normalize:
             w = w / (1.0 + lam.sum())
     elif spec.aggregator == "gdpo":
-        total_std = float((standardize(x) @ signed_weights(lam, spec.reward_weight)).std())
-        w = np.broadcast_to(c / total_std if total_std > 0 else np.zeros_like(c), sigma.shape)
+        shrink = sigma / np.where(varies, sigma + spec.eps, 1.0)
+        total_std = float((standardize(x, spec.eps) @ signed_weights(lam, spec.reward_weight)).std())
+        w = c * shrink / (total_std + spec.eps) if total_std > 0 else np.zeros_like(sigma)
     else:
+        shrink = sigma / np.where(varies, sigma + spec.eps, 1.0)
         dw, _ = dara_weights(x, spec.dara_max_weight)
-        u = standardize(x) * signed_weights(lam, spec.reward_weight)
+        u = standardize(x, spec.eps) * signed_weights(lam, spec.reward_weight)
         if spec.dara_symmetric:
             m = dw
             total = (dw * u).sum(axis=-1)
@@ -412,7 +431,7 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
             m = dw * f + (1.0 - f)
             total = (dw * np.maximum(u, 0.0) + np.minimum(u, 0.0)).sum(axis=-1)
         total_std = float(total.std())
-        w = np.broadcast_to(c * m / total_std if total_std > 0 else np.zeros_like(c), sigma.shape)
+        w = c * m * shrink / (total_std + spec.eps) if total_std > 0 else np.zeros_like(sigma)
     counts = varies.sum(axis=0)
     sums = np.where(varies, w, 0.0).sum(axis=0)
     return np.where(counts > 0, sums / np.maximum(counts, 1), 0.0)

@@ -43,15 +43,19 @@ class GRPOConfig:
     estimator: str = "zscore"
     """Group estimator: ``zscore`` (GRPO, DeepSeekMath), ``mean`` (Dr. GRPO), ``batch_std``
     (TRL ``scale_rewards="batch"``), ``softmax`` (SoftmaxGRPO, arXiv 2608.09271), ``maxrl``
-    (MaxRL, arXiv 2602.02710). GDPO and DARA always z-score."""
+    (MaxRL, arXiv 2602.02710; a component that goes below 0 in a batch is first shifted by
+    its batch minimum, see :func:`~constrained_grpo.agents.advantages.maxrl`). GDPO and
+    DARA always z-score."""
     scadv_normalize: bool = False
     """ScAdv only: divide the advantage by ``1 + sum_k lambda_k`` (as PPO-Lagrangian, Ray et
     al. 2019), which keeps its scale bounded as multipliers grow (arXiv 2602.05863)."""
     reward_weight: float = 1.0
     """lambda_R, the weight of the reward component (arXiv 2602.05863)."""
     adv_eps: float = 0.0
-    """Added to the std in z-score/batch-std denominators (TRL uses 1e-4); zero-std groups
-    give advantage 0 regardless."""
+    """Added to every std that divides an advantage (TRL uses 1e-4): the group std of
+    ``zscore``, the batch std of ``batch_std``, and for GDPO and DARA both the
+    per-component group std and the final batch-normalization std (MaxRL adds it to its
+    group mean; ``mean`` and ``softmax`` ignore it). Zero-std groups give 0 regardless."""
     softmax_tau: float = 1.0
     """Temperature tau of SoftmaxGRPO's ``G softmax(x / tau) - 1`` (arXiv 2608.09271)."""
     dara_symmetric: bool = True

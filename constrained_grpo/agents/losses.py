@@ -13,10 +13,15 @@ Clipped surrogate (PPO; GRPO), per step with ``r_t = exp(logp_t - logp_old_t)``:
 (GSPO) uses one ratio per sample, ``s = exp(mean_t (logp_t - logp_old_t))``.
 
 Mu-GRPO's negative-advantage veto (arXiv 2605.17570): for a sample with ``A < 0``, the
-steps *after* the first step whose ratio leaves ``[1 - eps_low, 1 + eps_high]`` are
-masked out: once the policy has moved away from the sampled trajectory, later
-steps of a bad sample no longer describe what the policy would do, and pushing them
-down further only destroys probability mass that stale data cannot judge.
+steps *after* the first step whose ratio leaves ``[1 - eps_low, 1 + eps_high]`` get no
+update: once the policy has moved away from the sampled trajectory, later steps of a
+bad sample no longer describe what the policy would do, and pushing them down further
+only destroys probability mass that stale data cannot judge. A vetoed step's term is
+set to 0 but still counts in the averaging denominator, so the veto drops updates and
+re-weights nothing else: every kept step's gradient is the one it has without the veto.
+
+``approx_kl`` (logged) is the k3 estimate of ``KL(pi_old || pi)`` from old-policy samples,
+``(r - 1) - log r`` (Schulman 2020), the form PPO (and the PPO-Lagrangian baseline) logs.
 
 KL to a frozen reference uses the k3 estimator (Schulman 2020; DeepSeekMath):
 ``kl_t = exp(ref_t - logp_t) - (ref_t - logp_t) - 1 >= 0``.
@@ -64,8 +69,10 @@ def negative_advantage_veto(
 
     Returns a bool ``[N, T]``; computed without gradient. A step is *out* when its ratio
     is outside ``[1 - eps_low, 1 + eps_high]``; for a sample with ``A < 0`` every step
-    strictly after its first out step is dropped (the out step itself is kept: the clip
-    already handles it).
+    strictly after its first out step is dropped. The out (trigger) step itself is kept,
+    with the clipped surrogate's usual gradient: none when ``r < 1 - eps_low`` (the clip
+    binds), ``r A`` when ``r > 1 + eps_high`` (``min`` picks the unclipped ``r A < 0``),
+    as it would have without the veto.
     """
     with torch.no_grad():
         out = ((ratio < 1.0 - eps_low) | (ratio > 1.0 + eps_high)) & mask
@@ -88,8 +95,9 @@ def pg_loss_clipped(
     """Clipped surrogate loss and diagnostics (``clip_frac``, ``approx_kl``, ``veto_frac``).
 
     ``ratio_level="step"``: per-step ratios ``r_t`` (PPO/GRPO). ``"sequence"``: one ratio per
-    sample ``s = exp(mean_t log r_t)`` (GSPO), broadcast to its steps. ``veto`` applies
-    :func:`negative_advantage_veto` to the per-step ratios.
+    sample ``s = exp(mean_t log r_t)`` (GSPO), broadcast to its steps. ``veto`` zeroes the
+    terms of the steps :func:`negative_advantage_veto` drops (judged on the per-step
+    ratios) and keeps ``mask`` as the averaging denominator, so no kept step changes weight.
     """
     if ratio_level not in ("step", "sequence"):
         raise ValueError(f"unknown ratio_level {ratio_level!r}; choose 'step' or 'sequence'")
@@ -103,17 +111,20 @@ def pg_loss_clipped(
     a = adv.unsqueeze(1)
     surrogate = ratio * a
     surrogate_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * a
-    loss_mask = mask
+    per_step = torch.minimum(surrogate, surrogate_clipped)
+    kept = mask
     if veto:
-        loss_mask = negative_advantage_veto(torch.exp(log_ratio), adv, mask, eps_low, eps_high)
-    pg_loss = -masked_mean(torch.minimum(surrogate, surrogate_clipped), loss_mask, agg)
+        kept = negative_advantage_veto(torch.exp(log_ratio), adv, mask, eps_low, eps_high)
+        per_step = torch.where(kept, per_step, torch.zeros_like(per_step))
+    # Denominator from ``mask``, not ``kept``: a vetoed step must not raise the others' weight.
+    pg_loss = -masked_mean(per_step, mask, agg)
     with torch.no_grad():
         clipped = (surrogate_clipped < surrogate) & mask
         stats = {
             "clip_frac": masked_mean(clipped.to(logp.dtype), mask),
-            # k3 estimate of KL(old || new) (Schulman 2020), for monitoring only.
-            "approx_kl": masked_mean(torch.exp(-log_ratio) - 1.0 + log_ratio, mask),
-            "veto_frac": 1.0 - loss_mask.sum() / mask.sum().clamp_min(1),
+            # k3 estimate of KL(old || new) from old-policy samples: (r - 1) - log r, r = new / old.
+            "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, mask),
+            "veto_frac": 1.0 - kept.sum() / mask.sum().clamp_min(1),
         }
     return pg_loss, stats
 

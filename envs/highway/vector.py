@@ -19,9 +19,12 @@ the trajectory of ``HighwayTaskEnv`` reset with ``s_i`` (tested). ``info`` of a 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
+import sys
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -41,6 +44,34 @@ def _default_start_method() -> str:
     """``forkserver`` where available: forking the caller (often multi-threaded, with torch
     loaded) can deadlock a child; ``spawn`` elsewhere."""
     return "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+
+
+@contextlib.contextmanager
+def _unreadable_main_hidden() -> Iterator[None]:
+    """Hide ``__main__.__file__`` while workers start, when it names no file.
+
+    A ``spawn`` or ``forkserver`` child re-runs the parent's main script from the path in
+    ``__main__.__file__`` (``multiprocessing.spawn.get_preparation_data``). A program fed
+    on stdin (``python - <<EOF``) has ``__file__ == "<stdin>"``, which the child cannot
+    open: it dies and the parent reads EOF. The workers need nothing from ``__main__``
+    (their target is :func:`_worker` of this module, their arguments plain data), so
+    such a path is left out of what the child is told to import; a real file is kept.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if main is None or spec_name is not None or not isinstance(path, str):
+        yield
+        return
+    full = path if os.path.isabs(path) else os.path.join(mp.process.ORIGINAL_DIR or os.getcwd(), path)
+    if os.path.isfile(full):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _usable_cpus() -> int:
@@ -161,13 +192,14 @@ class HighwayVectorEnv(gym.vector.VectorEnv):
             if ctx.get_start_method() == "forkserver":
                 # The server imports highway-env once; each worker then forks from it quickly.
                 ctx.set_forkserver_preload([__name__])
-            for size in sizes:
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(target=_worker, args=(child, size, self.env_kwargs), daemon=True)
-                proc.start()
-                child.close()
-                self._conns.append(parent)
-                self._procs.append(proc)
+            with _unreadable_main_hidden():
+                for size in sizes:
+                    parent, child = ctx.Pipe()
+                    proc = ctx.Process(target=_worker, args=(child, size, self.env_kwargs), daemon=True)
+                    proc.start()
+                    child.close()
+                    self._conns.append(parent)
+                    self._procs.append(proc)
             obs_space, act_space = self._gather()[0]
         self.single_observation_space = obs_space
         self.single_action_space = act_space
@@ -180,7 +212,14 @@ class HighwayVectorEnv(gym.vector.VectorEnv):
     def _gather(self) -> list[Any]:
         results = []
         for conn in self._conns:
-            status, payload = conn.recv()
+            try:
+                status, payload = conn.recv()
+            except EOFError:
+                self.close()
+                raise RuntimeError(
+                    "a HighwayVectorEnv worker process exited without answering (its traceback, if "
+                    "any, is printed above); pass num_workers=0 to step every copy in this process"
+                ) from None
             if status == "error":
                 self.close()
                 raise RuntimeError(f"a HighwayVectorEnv worker failed:\n{payload}")

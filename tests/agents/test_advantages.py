@@ -83,6 +83,20 @@ def test_maxrl_by_hand() -> None:
     np.testing.assert_array_equal(maxrl(np.zeros((1, 4))), np.zeros((1, 4)))
 
 
+def test_maxrl_shifts_negative_inputs_by_the_batch_minimum() -> None:
+    # Issue 16: returns [-10, -5, -7, -1] used to give A = 0 (mean <= 0). Shifted by -10:
+    # x' = [0, 5, 3, 9], mean 4.25, A = x' / 4.25 - 1.
+    np.testing.assert_allclose(maxrl(np.array([[-10.0, -5, -7, -1]])), [[-1.0, 0.75 / 4.25, -1.25 / 4.25, 4.75 / 4.25]])
+    # A mean just above 0 used to explode to +-1e8; shifted: x' = [0, 2 + 2e-8] -> [-1, 1].
+    np.testing.assert_allclose(maxrl(np.array([[-1.0, 1 + 2e-8]])), [[-1.0, 1.0]])
+    # One shift for the whole batch (not per group): min = -1, x' = [[0, 2], [1, 3]].
+    np.testing.assert_allclose(maxrl(np.array([[-1.0, 1], [0, 2]])), [[-1.0, 1], [-0.5, 0.5]])
+    # Per component: in ScAdv the reward is shifted, the (non-negative) costs are not.
+    x = np.array([[[-2.0, 0.0], [2.0, 1.0]], [[0.0, 1.0], [0.0, 3.0]]])  # [P=2, G=2, 1+K=2]
+    # R' = [[0, 4], [2, 2]] -> [[-1, 1], [0, 0]];  C = [[0, 1], [1, 3]] -> [[-1, 1], [-0.5, 0.5]]
+    np.testing.assert_allclose(scadv(x, [0.5], estimator="maxrl"), [[-1 + 0.5, 1 - 0.5], [0.25, -0.25]])
+
+
 @pytest.mark.parametrize("name", sorted(ESTIMATORS))
 def test_zero_std_group_gives_zero_not_nan(name: str) -> None:
     # mean([0.1] * 3) is not exactly 0.1 in floating point: the std is ~1e-17, not 0.
@@ -103,6 +117,9 @@ def test_estimators_are_finite_and_centred(x: np.ndarray) -> None:
         assert np.all(np.isfinite(adv)), name
         if name in ("zscore", "mean", "batch_std", "softmax"):
             np.testing.assert_allclose(adv.sum(axis=1), 0.0, atol=1e-8)
+    # MaxRL on shifted (non-negative) values: A in [-1, G - 1], whatever the signs of x.
+    adv = maxrl(x)
+    assert np.all(adv >= -1 - 1e-9) and np.all(adv <= x.shape[1] - 1 + 1e-9)
 
 
 def test_estimator_slope_is_the_linear_factor() -> None:
@@ -138,6 +155,31 @@ def test_reward_only_ignores_costs() -> None:
 def test_gdpo_by_hand() -> None:
     v = Z_R - Z_C1 - 0.5 * Z_C2  # sums to 0 within the group, so the batch mean is 0
     np.testing.assert_allclose(gdpo(X, [1.0, 0.5])[0], v / np.sqrt(np.mean(v**2)))
+
+
+def test_adv_eps_enters_the_group_and_batch_stds_of_gdpo_and_dara() -> None:
+    # Issue 16: adv_eps used to reach only the final batchnorm. eps = 0.5 by hand on X:
+    # sigma = [sqrt(5)/2, 0.5, 1]; Z_j = (x_j - mean_j) / (sigma_j + 0.5).
+    eps, lam = 0.5, [1.0, 0.5]
+    centred = X[0] - X[0].mean(axis=0)
+    z = centred / (np.array([R5 / 2, 0.5, 1.0]) + eps)
+    v = z @ np.array([1.0, -1.0, -0.5])  # sums to 0 in the group: the batch mean is 0
+    expected = v / (np.sqrt(np.mean(v**2)) + eps)
+    np.testing.assert_allclose(gdpo(X, lam, eps=eps)[0], expected)
+    old = (Z_R - Z_C1 - 0.5 * Z_C2) / (np.sqrt(np.mean((Z_R - Z_C1 - 0.5 * Z_C2) ** 2)) + eps)
+    assert np.max(np.abs(gdpo(X, lam, eps=eps)[0] - old)) > 0.05
+    # DARA (one group: every component varies, so every density weight is 1) = GDPO here.
+    np.testing.assert_allclose(dara(X, lam, eps=eps)[0], expected)
+    # The effective weights carry the same eps: A = sum_j sign(c_j) w_j (x_j - mean_j) / sigma_j.
+    for aggregator in ("gdpo", "dara"):
+        w = effective_weights(X, lam, AdvantageSpec(aggregator, eps=eps))
+        rebuilt = (centred / np.array([R5 / 2, 0.5, 1.0])) @ (w * np.array([1.0, -1.0, -1.0]))
+        np.testing.assert_allclose(rebuilt, expected, err_msg=aggregator)
+    # The config passes adv_eps through to both.
+    from constrained_grpo.agents.config import make_config
+
+    spec = make_config("quick", aggregator="gdpo", adv_eps=eps).advantage_spec
+    np.testing.assert_allclose(compute_advantages(X, lam, spec)[0], expected)
 
 
 def test_aggregators_check_multiplier_count() -> None:

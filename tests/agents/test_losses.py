@@ -99,8 +99,70 @@ def test_veto_in_the_loss() -> None:
     plain, _ = pg_loss_clipped(logp, old, adv, mask, 0.2, 0.2)
     vetoed, stats = pg_loss_clipped(logp, old, adv, mask, 0.2, 0.2, veto=True)
     assert plain.item() == pytest.approx((1.0 + 1.5 + 1.0) / 3)
-    assert vetoed.item() == pytest.approx((1.0 + 1.5) / 2)  # step 2 (after the outlier) dropped
+    # step 2 (after the outlier) contributes 0 but still counts in the denominator
+    assert vetoed.item() == pytest.approx((1.0 + 1.5 + 0.0) / 3)
     assert stats["veto_frac"].item() == pytest.approx(1 / 3)
+
+
+def _veto_case() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Issue 16: 2 samples x 10 steps. Sample 0 (A = -1) leaves the region at step 0
+    (ratio 1.5 > 1.2), so steps 1-9 are vetoed; sample 1 (A = +1) has ratios 1."""
+    ratios = torch.ones(2, 10, dtype=torch.float64)
+    ratios[0, 0] = 1.5
+    logp = torch.log(ratios).requires_grad_(True)
+    adv = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    return logp, torch.zeros(2, 10, dtype=torch.float64), adv, torch.ones(2, 10, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("agg", ["token", "sequence"])
+def test_veto_drops_the_suffix_without_reweighting_the_kept_steps(agg: str) -> None:
+    grads = {}
+    for veto in (False, True):
+        logp, old, adv, mask = _veto_case()
+        loss, _ = pg_loss_clipped(logp, old, adv, mask, 0.2, 0.2, agg=agg, veto=veto)
+        loss.backward()
+        grads[veto] = logp.grad
+    # Trigger step: A < 0 and r = 1.5 > 1.2, so min() takes the unclipped r A = -1.5; its
+    # gradient -(r A) / 20 = 0.075 (token: 20 valid steps; sequence: / 10 per sample / 2
+    # samples). Before the fix the veto shrank the denominator: 1.5 / 11 = 0.136 (token),
+    # 1.5 / 1 / 2 = 0.75 (sequence).
+    assert grads[True][0, 0].item() == pytest.approx(0.075)
+    # An untouched step of the A > 0 sample: -(1 * 1) / 20 = -0.050 (was -1 / 11 = -0.091).
+    assert grads[True][1, 3].item() == pytest.approx(-0.050)
+    # Vetoed steps get no gradient; every kept step keeps exactly its unvetoed gradient.
+    assert torch.all(grads[True][0, 1:] == 0.0)
+    assert grads[False][0, 5].item() == pytest.approx(0.05)  # -(1 * -1) / 20
+    kept = torch.ones(2, 10, dtype=torch.bool)
+    kept[0, 1:] = False
+    torch.testing.assert_close(grads[True][kept], grads[False][kept], rtol=0, atol=1e-15)
+
+
+def test_veto_trigger_below_the_region_is_clipped() -> None:
+    # A < 0 with r = 0.5 < 0.8: min(-0.5, -0.8) = -0.8 is the clipped term, so no gradient,
+    # with or without the veto; the suffix is vetoed.
+    logp = torch.log(torch.tensor([[0.5, 1.0, 1.0]], dtype=torch.float64)).requires_grad_(True)
+    old = torch.zeros(1, 3, dtype=torch.float64)
+    adv = torch.tensor([-1.0], dtype=torch.float64)
+    loss, stats = pg_loss_clipped(logp, old, adv, torch.ones(1, 3, dtype=torch.bool), 0.2, 0.2, veto=True)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.8 / 3)
+    assert torch.all(logp.grad == 0.0)
+    assert stats["veto_frac"].item() == pytest.approx(2 / 3)
+
+
+def test_approx_kl_is_the_k3_estimate_of_kl_old_new() -> None:
+    # r = 2 on every step: (r - 1) - ln r = 1 - ln 2 = 0.3069 (the form PPO-Lagrangian logs);
+    # the old 1/r - 1 + ln r gave 0.1931.
+    logp = torch.full((1, 3), math.log(2.0), dtype=torch.float64)
+    _, stats = pg_loss_clipped(logp, torch.zeros(1, 3, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                               torch.ones(1, 3, dtype=torch.bool))
+    assert stats["approx_kl"].item() == pytest.approx(1.0 - math.log(2.0))
+    assert stats["approx_kl"].item() == pytest.approx(0.30685, abs=1e-5)
+    # padding does not count: a masked step with a huge ratio changes nothing
+    logp2 = torch.tensor([[math.log(2.0), 5.0]], dtype=torch.float64)
+    _, stats2 = pg_loss_clipped(logp2, torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0], dtype=torch.float64),
+                                torch.tensor([[True, False]]))
+    assert stats2["approx_kl"].item() == pytest.approx(1.0 - math.log(2.0))
 
 
 def test_kl_k3_by_hand() -> None:

@@ -33,3 +33,20 @@ def test_bad_config_names_the_option():
         m.update([1.0, 2.0])
     with pytest.raises(FloatingPointError):
         m.update([float("nan")])
+
+
+@pytest.mark.parametrize("rule", sorted(MULTIPLIER_RULES))
+def test_state_dict_is_a_snapshot_not_a_view(rule):
+    m = make_multiplier([1.0, 2.0], MultiplierConfig(rule=rule, lr=0.5, init=0.1, d_delay=2))
+    m.update([3.0, 1.0])
+    snapshot = m.state_dict()
+    before = repr(snapshot)
+    for j in ([4.0, 0.0], [0.5, 5.0], [2.0, 2.0]):
+        m.update(j)
+    assert repr(snapshot) == before
+    restored = make_multiplier([1.0, 2.0], MultiplierConfig(rule=rule, init=0.5))
+    restored.load_state_dict(snapshot)
+    replay = make_multiplier([1.0, 2.0], MultiplierConfig(rule=rule, lr=0.5, init=0.1, d_delay=2))
+    replay.update([3.0, 1.0])
+    for j in ([4.0, 0.0], [0.5, 5.0], [2.0, 2.0], [6.0, 1.0]):
+        np.testing.assert_array_equal(restored.update(j), replay.update(j))

@@ -291,3 +291,34 @@ def test_vector_env_in_process_and_bad_arguments():
         HighwayVectorEnv(num_envs=0)
     with pytest.raises(ValueError, match="unknown scenario"):
         HighwayVectorEnv(num_envs=1, num_workers=0, scenario="parking")
+
+
+def test_make_vec_env_works_in_a_program_read_from_stdin(tmp_path):
+    # Issue 16: `python - <<EOF` has __main__.__file__ == "<stdin>"; the spawned workers
+    # tried to re-run that path (FileNotFoundError in the child, a bare EOFError here).
+    program = (
+        "import __main__\n"
+        "from constrained_grpo import make_vec_env\n"
+        "vec = make_vec_env('Highway/Highway-v0', 2, num_workers=2)\n"
+        "obs, _ = vec.reset(seed=0)\n"
+        "vec.step([1, 1])\n"
+        "vec.close()\n"
+        "print('shape', obs.shape, 'main', __main__.__file__)\n"
+    )
+    done = subprocess.run([sys.executable, "-"], input=program, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # two worker processes served the copies, and __main__ is left as it was
+    assert "shape (2, 25) main <stdin>" in done.stdout
+
+
+def test_a_worker_that_dies_is_a_clear_error():
+    import multiprocessing as mp
+
+    vec = HighwayVectorEnv(num_envs=1, num_workers=0, scenario="merge")
+    ours, theirs = mp.Pipe()
+    theirs.close()  # the worker side is gone: recv() hits EOF
+    vec._conns = [ours]
+    with pytest.raises(RuntimeError, match="exited without answering.*num_workers=0"):
+        vec._gather()
+    assert vec.closed
