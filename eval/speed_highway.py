@@ -17,8 +17,12 @@ actions from ``reset(seed=0)`` (later episodes reset without a seed):
 ``Highway/Highway-v0`` is >= 2x raw ``highway-fast-v0``. ``same_trajectory`` says
 whether the observations of the whole run equal raw highway-env's (NaN read as 0).
 Each implementation is timed ``REPEATS`` times, interleaved, and the best rate kept,
-which damps the noise of a shared machine. A last row times ``HighwayVectorEnv``
-(B = 8 across all cores) on ``Highway/Highway-v0``.
+which damps the noise of a shared machine. Then ``HighwayVectorEnv`` (B = 8 across
+all cores) on ``Highway/Highway-v0``, and the batched simulator
+(:class:`~constrained_grpo.envs.highway.batched.HighwayBatchedVectorEnv`, what
+``make_vec_env`` returns for the straight-highway tasks) on one core at
+B = 1, 64 and 256 (``impl`` ``batched_B<B>``); its ``ratio_vs_raw`` is over the same
+run's raw ``highway-fast-v0``, with the goal >= 50x at B = 256.
 """
 
 from __future__ import annotations
@@ -48,6 +52,10 @@ TASKS: tuple[tuple[str, int], ...] = (
 REPEATS = 2
 VECTOR_ENVS = 8
 VECTOR_STEPS = 40
+#: (batch size B, batched steps per timed run) of the batched simulator.
+BATCHED: tuple[tuple[int, int], ...] = ((1, 150), (64, 40), (256, 20))
+BATCHED_TASKS: tuple[str, ...] = ("Highway/Highway-v0", "Highway/HighwayContinuous-v0")
+BATCHED_TARGET = 50.0
 
 
 @contextmanager
@@ -104,10 +112,13 @@ def _time(env: Any, actions: list[Any]) -> tuple[float, str]:
 
 
 def _time_vector(task: str, num_envs: int, steps: int) -> tuple[float, int]:
-    from constrained_grpo.tasks import make_vec_env
+    """``HighwayVectorEnv`` (worker processes) on all cores."""
+    from constrained_grpo.envs import task_info
+
+    from constrained_grpo.envs.highway.vector import HighwayVectorEnv
 
     workers = os.cpu_count() or 1
-    vec = make_vec_env(task, num_envs, num_workers=workers)
+    vec = HighwayVectorEnv(num_envs, num_workers=workers, **task_info(task).kwargs)
     try:
         vec.reset(seed=0)
         actions = np.random.default_rng(0).integers(0, 5, size=(steps, num_envs))
@@ -117,6 +128,36 @@ def _time_vector(task: str, num_envs: int, steps: int) -> tuple[float, int]:
         return steps * num_envs / (time.perf_counter() - start), workers
     finally:
         vec.close()
+
+
+def _time_batched(task: str, num_envs: int, steps: int) -> float:
+    """Env-steps/s of the batched simulator, best of ``REPEATS`` (autoresets included)."""
+    from constrained_grpo.envs import task_info
+    from constrained_grpo.envs.highway.batched import HighwayBatchedVectorEnv
+
+    vec = HighwayBatchedVectorEnv(num_envs=num_envs, **task_info(task).kwargs)
+    rng = np.random.default_rng(0)
+    if vec.sim.discrete:
+        actions = rng.integers(0, 5, size=(steps, num_envs))
+    else:
+        actions = rng.uniform(-0.5, 0.5, size=(steps, num_envs, 2)).astype(np.float32)
+    best = 0.0
+    pin = hasattr(os, "sched_setaffinity")
+    if pin:  # one core, as the goal says (numpy could otherwise thread)
+        saved = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {min(saved)})
+    try:
+        for _ in range(REPEATS):
+            vec.reset(seed=0)
+            start = time.perf_counter()
+            for a in actions:
+                vec.step(a)
+            best = max(best, steps * num_envs / (time.perf_counter() - start))
+    finally:
+        if pin:
+            os.sched_setaffinity(0, saved)
+        vec.close()
+    return best
 
 
 def run(out_dir: Path) -> list[Path]:
@@ -169,7 +210,17 @@ def run(out_dir: Path) -> list[Path]:
         "ratio_vs_raw": round(rate / single, 3), "ratio_vs_reference": None, "same_trajectory": None,
         "target_ratio_vs_raw": None,
     })
+    for task in BATCHED_TASKS:
+        raw = next(r for r in rows if r["task"] == task and r["impl"] == "raw")["env_steps_per_s"]
+        for num_envs, steps in BATCHED:
+            rate = _time_batched(task, num_envs, steps)
+            rows.append({
+                "task": task, "base_env": "highway-fast-v0", "impl": f"batched_B{num_envs}", "workers": 1,
+                "steps": steps * num_envs, "env_steps_per_s": round(rate, 2), "ratio_vs_raw": round(rate / raw, 3),
+                "ratio_vs_reference": None, "same_trajectory": None,
+                "target_ratio_vs_raw": BATCHED_TARGET if num_envs == 256 else None,
+            })
     for r in rows:
         ratio = "" if r["ratio_vs_raw"] is None else f"  x{r['ratio_vs_raw']:.2f} vs raw"
-        print(f"  {r['task']:34s} {r['impl']:10s} {r['env_steps_per_s']:>8.1f} steps/s{ratio}")
+        print(f"  {r['task']:34s} {r['impl']:12s} {r['env_steps_per_s']:>8.1f} steps/s{ratio}")
     return [write_rows(Path(out_dir) / "highway.csv", rows)]

@@ -18,6 +18,9 @@ __all__ = ["HIGHWAY_TASKS"]
 
 _ENV = "constrained_grpo.envs.highway.env:HighwayTaskEnv"
 _VEC = "constrained_grpo.envs.highway.vector:HighwayVectorEnv"
+#: The straight highway's vector env: the batched simulator (falls back to ``_VEC`` for
+#: settings it does not cover, e.g. highway-env config overrides).
+_BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
 
 
 def _task(name: str, scenario: str, action_mode: str, **kwargs: Any) -> TaskInfo:
@@ -33,7 +36,7 @@ def _task(name: str, scenario: str, action_mode: str, **kwargs: Any) -> TaskInfo
         _ENV,
         {"scenario": scenario, "action_mode": action_mode, **kwargs},
         description,
-        _VEC,
+        _BATCHED_VEC if scenario == "highway" else _VEC,
     )
 
 
