@@ -11,20 +11,122 @@ takes its options by name. Three functions serve them all:
   given as a dict becomes that config), called from ``__post_init__``;
 * :func:`with_options`: a copy with overrides applied, where a nested config given as a
   dict is merged key by key into the current one.
+
+Both check every value against its field's annotation (:func:`check_types`): a string
+for a number, ``true`` for a learning rate or a NaN is an :class:`OptionError` that
+names the field, never a traceback from deep inside training.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
+import math
+import numbers
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from dataclasses import MISSING, Field, dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
-__all__ = ["check_options", "coerce_fields", "option_names", "with_options"]
+__all__ = ["CheckpointError", "OptionError", "check_options", "read_saved_json", "reading_checkpoint", "check_types", "coerce_fields", "option_names", "with_options"]
 
 ConfigT = TypeVar("ConfigT")
+
+
+class OptionError(ValueError, TypeError):
+    """An option's value has the wrong type; the message names the option and the type it takes.
+
+    Both a ``ValueError`` (a bad value from a user) and a ``TypeError`` (what the
+    dataclass itself would have raised), so callers catching either keep working.
+    """
+
+
+def _type_name(hint: Any) -> str:
+    names = {float: "a number", int: "an integer", bool: "true or false", str: "a string", type(None): "null"}
+    if hint in names:
+        return names[hint]
+    origin = typing.get_origin(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        return f"a list of {_type_name(args[0]) if args else 'values'}"
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        return "a mapping"
+    if isinstance(hint, type) and is_dataclass(hint):
+        return f"a mapping of {hint.__name__} options"
+    return str(hint)
+
+
+def _fits(value: Any, hint: Any) -> bool | None:
+    """Whether ``value`` has type ``hint``; None where the hint is not one this module checks."""
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool) or type(value).__name__ == "bool_"
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and type(value).__name__ != "bool_"
+    if hint is float:
+        return (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            and type(value).__name__ != "bool_"
+            and math.isfinite(float(value))
+        )
+    if hint is str:
+        return isinstance(value, str)
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        results = [_fits(value, arm) for arm in typing.get_args(hint)]
+        return True if any(results) else (None if None in results else False)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_fits(v, args[0]) is not False for v in value)
+        return None
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            return False
+        args = typing.get_args(hint)
+        if len(args) == 2:
+            return all(_fits(k, args[0]) is not False and _fits(v, args[1]) is not False for k, v in value.items())
+        return True
+    if isinstance(hint, type) and is_dataclass(hint):
+        return isinstance(value, hint)
+    return None
+
+
+def check_types(config: Any) -> None:
+    """Raise :class:`OptionError` when a field of dataclass ``config`` does not hold its declared type.
+
+    Checked: ``float`` (a finite real number, not a boolean), ``int`` (an integer, not a
+    boolean), ``bool``, ``str``, ``None``, ``tuple[T, ...]``, ``Mapping[K, V]``, nested
+    configs and unions of these; other annotations are left to the config's own checks.
+    """
+    hints = _hints(type(config))
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if _fits(value, hints[f.name]) is False:
+            raise OptionError(
+                f"{type(config).__name__} option {f.name!r} takes {_type_name_union(hints[f.name])}, got {value!r}"
+                + (" (not finite)" if isinstance(value, float) and not math.isfinite(value) else "")
+            )
+
+
+def _type_name_union(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(hint))
+    return _type_name(hint)
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
 
 
 def option_names(cls: type) -> list[str]:
@@ -56,6 +158,8 @@ def check_options(
 class _FieldKind:
     takes_tuple: bool
     takes_mapping: bool
+    takes_int: bool
+    takes_float: bool
     default_config: Callable[[], Any] | None
     """For a field that holds a nested config: makes the field's default."""
 
@@ -81,6 +185,8 @@ def _field_kinds(cls: type) -> dict[str, _FieldKind]:
         kinds[f.name] = _FieldKind(
             takes_tuple=tuple in origins,
             takes_mapping=any(o in (Mapping, dict) for o in origins),
+            takes_int=int in arms,
+            takes_float=float in arms,
             default_config=None if config_cls is None else _default_maker(f, config_cls),
         )
     return kinds
@@ -93,7 +199,8 @@ def coerce_fields(config: Any) -> None:
     takes a nested config (``multiplier: MultiplierConfig``) becomes that config: the
     field's default updated by :func:`with_options`; any other mapping for a ``Mapping``
     field is copied into a plain dict, so the config does not share the caller's dict.
-    Call it first thing in ``__post_init__``.
+    Call it first thing in ``__post_init__``; it then checks every field's type
+    (:func:`check_types`).
     """
     for name, kind in _field_kinds(type(config)).items():
         value = getattr(config, name)
@@ -103,9 +210,12 @@ def coerce_fields(config: Any) -> None:
             value = with_options(kind.default_config(), value, name)
         elif isinstance(value, Mapping) and kind.takes_mapping:
             value = dict(value)
+        elif isinstance(value, float) and kind.takes_int and not kind.takes_float and value.is_integer():
+            value = int(value)  # JSON 8.0 for an integer option
         else:
             continue
         object.__setattr__(config, name, value)
+    check_types(config)
 
 
 def with_options(config: ConfigT, overrides: Mapping[str, Any], kind: str = "", *, hint: str = "") -> ConfigT:
@@ -121,4 +231,68 @@ def with_options(config: ConfigT, overrides: Mapping[str, Any], kind: str = "", 
         current = getattr(config, name)
         if isinstance(value, Mapping) and is_dataclass(current):
             changes[name] = with_options(current, value, name)
-    return replace(config, **changes)
+    # Checked before the config's own __post_init__ sees them (whose checks may assume the type).
+    hints = _hints(type(config))
+    for name, value in changes.items():
+        if not is_dataclass(value) and _fits(value, hints[name]) is False and not _coercible(value, hints[name]):
+            raise OptionError(f"{type(config).__name__} option {name!r} takes {_type_name_union(hints[name])}, got {value!r}")
+    result = replace(config, **changes)
+    check_types(result)  # also configs whose __post_init__ does not call coerce_fields
+    return result
+
+
+def _coercible(value: Any, hint: Any) -> bool:
+    """Values :func:`coerce_fields` turns into the declared type (a list for a tuple, 8.0 for an int, ...)."""
+    if isinstance(value, list):
+        return _fits(tuple(value), hint) is not False
+    if isinstance(value, float) and value.is_integer():
+        return _fits(int(value), hint) is not False
+    return isinstance(value, Mapping)
+
+
+# ------------------------------------------------------------------- saved configs (checkpoints)
+
+
+class CheckpointError(ValueError):
+    """A saved agent cannot be read back; the message names the file and what is wrong."""
+
+
+def read_saved_json(file: str | Path, keys: Sequence[str] = (), what: str = "saved agent") -> dict[str, Any]:
+    """The JSON object in ``file``, which must have ``keys``; :class:`CheckpointError` otherwise."""
+    file = Path(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CheckpointError(f"{file} is missing: {file.parent} is not a complete {what}; save it again") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{file} cannot be read ({err}); the {what} is damaged, save it again") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(
+            f"{file} is not valid JSON ({err.msg} at line {err.lineno}, column {err.colno}); "
+            f"the {what} is damaged or truncated, save it again"
+        ) from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{file} must hold a JSON object, not {type(data).__name__}; save the {what} again")
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise CheckpointError(
+            f"{file} lacks {missing}, which a {what} of this kind records; it was edited or not written by save()"
+        )
+    return data
+
+
+@contextlib.contextmanager
+def reading_checkpoint(file: str | Path, what: str) -> Iterator[None]:
+    """Turn an error raised while restoring ``what`` from ``file`` into a :class:`CheckpointError` naming both."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as err:  # library errors (safetensors, torch, zip) carry no file name
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(
+            f"{file}: cannot restore the {what} ({type(err).__name__}: {detail[:300]}); the file is damaged, "
+            "truncated or from another agent; save it again"
+        ) from err

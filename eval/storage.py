@@ -54,6 +54,7 @@ __all__ = [
     "csv_bytes",
     "flatten_record",
     "is_complete",
+    "is_locked",
     "read_json",
     "run_dir",
     "run_lock",
@@ -293,6 +294,22 @@ def clear_run_dir(path: Path) -> None:
             shutil.rmtree(child)
         else:
             child.unlink()
+
+
+def is_locked(path: Path) -> bool:
+    """Whether a live process holds the run directory's lock (:func:`run_lock`) right now."""
+    lock = Path(path) / LOCK_FILE
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except OSError:  # no lock file yet (or unreadable): nobody holds it
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 @contextlib.contextmanager

@@ -10,6 +10,13 @@ Scheduling is the same for both backends (:func:`run_sweep`):
   its own pool; Ray: one task with ``num_cpus=1`` and no Ray-level retries);
 * a failed attempt is reported with its traceback and retried ``retries`` times;
   results of other runs are on disk already and never depend on it;
+* a run that another live process is writing (a second sweep on the same folder) is not
+  a failure: it waits, then counts as skipped once that process has completed it;
+* nothing outlives the driver: a local worker exits when the driver's end of a pipe
+  closes (the driver exits, is killed, or is interrupted) and, on Linux where the driver
+  is its parent, when the driver dies (``PR_SET_PDEATHSIG``); SIGTERM of the driver is
+  handled like Ctrl-C. Progress comes back on a plain pipe-backed queue: no manager
+  process whose loss would fail the runs in flight;
 * a tqdm bar counts runs (done / running / failed, ETA) and, on a terminal, one bar per
   running run counts its env steps.
 
@@ -21,10 +28,15 @@ directory on its node and returns the files, which the driver writes atomically,
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
+import ctypes
 import multiprocessing
 import os
+import queue as queue_mod
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -126,18 +138,63 @@ def _provenance() -> dict[str, Any]:
 # ---------------------------------------------------------------------------- local backend
 
 
-def _init_worker() -> None:
+#: The progress queue of a local worker process (set by :func:`_init_worker`).
+_PROGRESS: Any = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(driver: int) -> None:
+    """Linux: have the kernel SIGKILL this process when its parent, the driver, dies.
+
+    Only where the driver is the parent (``spawn``): a ``forkserver`` worker's parent is
+    the fork server, whose death alone must not end runs in flight (the driver starts a
+    new one); there the pipe watch alone stands for the driver.
+    """
+    parent = os.getppid()
+    if not sys.platform.startswith("linux") or parent != driver:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call took effect
+        os._exit(1)
+
+
+def _watch_driver(watch: Any) -> None:
+    """Block until the driver's end of ``watch`` closes, then end this process at once.
+
+    The driver holds the only write end, so EOF means it exited, was killed, or gave the
+    run up; the run's files are written atomically and its lock dies with the process.
+    """
+    try:
+        while True:
+            watch.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = None) -> None:
+    """Initialise a local worker: one thread per run, the progress queue, and the driver watch."""
+    global _PROGRESS
     # Set before torch is imported in this fresh process: one thread per run (see runner).
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    _PROGRESS = progress
+    if driver is not None:
+        _die_with_parent(driver)
+    if watch is not None:
+        threading.Thread(target=_watch_driver, args=(watch,), name="cgrpo-driver-watch", daemon=True).start()
 
 
-def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int, queue: Any) -> RunOutcome:
+def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int) -> RunOutcome:
     key = RunSpec.from_dict(spec).key
 
     def progress(env_steps: int) -> None:
-        if queue is not None:
-            queue.put_nowait((key, env_steps))
+        if _PROGRESS is not None:
+            _PROGRESS.put_nowait((key, env_steps))
 
     return execute_run(
         RunSpec.from_dict(spec), out, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt, on_progress=progress
@@ -163,22 +220,37 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 
 class _LocalBackend:
-    """One single-worker process pool per run: a crash is attributed to exactly that run."""
+    """One single-worker process pool per run: a crash is attributed to exactly that run.
+
+    Workers get the read end of a pipe whose only write end the driver holds (see
+    :func:`_watch_driver`), and send progress on a pipe-backed queue.
+    """
 
     def __init__(self, workers: int) -> None:
         self.capacity = max(1, int(workers))
         self._ctx = _mp_context()
-        self._manager = self._ctx.Manager()
-        self.queue = self._manager.Queue()
+        self.queue = self._ctx.Queue()
+        self._watch_r, self._watch_w = self._ctx.Pipe(duplex=False)
         self._jobs: dict[cf.Future, tuple[RunSpec, int, cf.ProcessPoolExecutor]] = {}
 
     def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
-        pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_worker)
-        fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt, self.queue)
+        for tries_left in (2, 1, 0):
+            pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_worker,
+                                          initargs=(self._watch_r, self.queue, os.getpid()))
+            try:
+                fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt)
+                break
+            except OSError:
+                # The fork server died between the liveness check and the start; the next start restarts it.
+                pool.shutdown(wait=False, cancel_futures=True)
+                if not tries_left:
+                    raise
+                time.sleep(0.2)
         self._jobs[fut] = (spec, attempt, pool)
 
     def wait(self, timeout: float) -> list[RunOutcome]:
         if not self._jobs:
+            time.sleep(timeout)
             return []
         finished, _ = cf.wait(list(self._jobs), timeout=timeout, return_when=cf.FIRST_COMPLETED)
         outcomes = []
@@ -200,14 +272,27 @@ class _LocalBackend:
         try:
             while True:
                 items.append(self.queue.get_nowait())
-        except Exception:  # queue.Empty, or a manager that is shutting down
+        except (queue_mod.Empty, OSError, EOFError, ValueError):
             pass
         return items
 
     def close(self) -> None:
+        """Give every unfinished run up: its worker sees the watch pipe close and exits."""
+        self._watch_w.close()
         for _, _, pool in self._jobs.values():
+            processes = list((getattr(pool, "_processes", None) or {}).values())
             pool.shutdown(wait=False, cancel_futures=True)
-        self._manager.shutdown()
+            for proc in processes:
+                with contextlib.suppress(Exception):
+                    proc.kill()
+        for _, _, pool in self._jobs.values():
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    proc.join(5.0)
+        self._jobs.clear()
+        self.queue.close()
+        self.queue.cancel_join_thread()
+        self._watch_r.close()
 
 
 # ------------------------------------------------------------------------------ Ray backend
@@ -281,6 +366,7 @@ class _RayBackend:
 
     def wait(self, timeout: float) -> list[RunOutcome]:
         if not self._jobs:
+            time.sleep(timeout)
             return []
         ready, _ = self.ray.wait(list(self._jobs), num_returns=1, timeout=timeout)
         outcomes = []
@@ -328,8 +414,13 @@ class _RayBackend:
 # ------------------------------------------------------------------------------ the sweep
 
 
-def _check_resumable(specs: Sequence[RunSpec], out: Path) -> tuple[list[RunSpec], list[str]]:
-    """Split into runs to do and keys of complete runs; a complete run with other settings is an error."""
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _check_resumable(specs: Sequence[RunSpec], out: Path, force: bool = False) -> tuple[list[RunSpec], list[str]]:
+    """Split into runs to do and keys of complete runs; a complete run with other settings is
+    an error, or (``force``) is marked incomplete and redone."""
     todo, skipped = [], []
     for spec in specs:
         path = spec.run_dir(out)
@@ -341,9 +432,14 @@ def _check_resumable(specs: Sequence[RunSpec], out: Path) -> tuple[list[RunSpec]
         except (OSError, ValueError):
             recorded = {}
         if not spec.same_results_as(recorded):
+            if force:
+                with storage.run_lock(path):
+                    (path / storage.DONE_FILE).unlink(missing_ok=True)
+                todo.append(spec)
+                continue
             raise SweepConfigError(
                 f"{path} holds a completed run with settings {recorded} but this sweep asks for "
-                f"{spec.to_dict()}; use another --out directory, or delete {path} to rerun it"
+                f"{spec.to_dict()}; use another --out directory, or pass --force to redo it with these settings"
             )
         skipped.append(spec.key)
     return todo, skipped
@@ -360,12 +456,14 @@ def run_sweep(
     progress: bool | None = None,
     echo: Callable[[str], None] | None = None,
     task_metas: Mapping[str, TaskMeta] | None = None,
+    force: bool = False,
 ) -> SweepReport:
     """Run every spec into ``out`` (Contract 3 layout); return what happened.
 
     ``workers`` defaults to the CPU count (local) or the cluster's CPUs (Ray).
     ``progress=None`` shows bars on a terminal only; ``echo`` receives one line per
-    finished, failed or retried run (default: stderr).
+    finished, failed or retried run (default: stderr). ``force`` redoes completed runs
+    recorded with other settings (otherwise :class:`SweepConfigError`).
     """
     if backend not in BACKENDS:
         raise SweepConfigError(f"unknown backend {backend!r}; choose one of {list(BACKENDS)}")
@@ -378,7 +476,7 @@ def run_sweep(
     out = Path(out)
     start = time.perf_counter()
     report = SweepReport()
-    todo, report.skipped = _check_resumable(specs, out)
+    todo, report.skipped = _check_resumable(specs, out, force)
     say = echo if echo is not None else (lambda line: tqdm.write(line, file=sys.stderr))
     if report.skipped:
         say(f"[sweep] {len(report.skipped)} of {len(specs)} run(s) already complete under {out}; skipping them")
@@ -402,16 +500,56 @@ def run_sweep(
     run_bars: dict[str, tqdm] = {}
     run_slots: dict[str, int] = {}  # terminal line of each running run's bar
     pending: list[tuple[RunSpec, int]] = [(s, 1) for s in todo]
+    not_before: dict[str, float] = {}  # runs another live process holds: when to look again
     running: dict[str, RunSpec] = {}
     failed_count = 0
 
     def postfix() -> None:
         bar.set_postfix_str(f"running={len(running)} failed={failed_count} skipped={len(report.skipped)}", refresh=True)
 
+    def next_ready() -> tuple[RunSpec, int] | None:
+        """The first pending run that no other live process holds (deferring those that one does)."""
+        nonlocal failed_count
+        now = time.monotonic()
+        for i, (spec, attempt) in enumerate(pending):
+            if not_before.get(spec.key, 0.0) > now:
+                continue
+            path = spec.run_dir(out)
+            if storage.is_locked(path):
+                if spec.key not in not_before:
+                    say(f"[sweep] {spec.key} is being written by another live process; waiting for it")
+                not_before[spec.key] = now + 1.0
+                continue
+            del pending[i]
+            if storage.is_complete(path):  # completed by another sweep meanwhile
+                try:
+                    recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
+                except (OSError, ValueError, AttributeError):
+                    recorded = {}
+                bar.update(1)
+                if spec.same_results_as(recorded):
+                    report.skipped.append(spec.key)
+                    say(f"[sweep] {spec.key} was completed by another process; skipping it")
+                else:
+                    failed_count += 1
+                    report.failed[spec.key] = (f"{path} was completed by another process with settings {recorded}, "
+                                               f"but this sweep asks for {spec.to_dict()}\n")
+                    say(f"[sweep] run {spec.key} FAILED: {report.failed[spec.key].rstrip()}")
+                return next_ready()
+            return spec, attempt
+        return None
+
+    previous_term = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM ends the sweep the way Ctrl-C does: the finally below stops every worker.
+        previous_term = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         while pending or running:
             while pending and len(running) < engine.capacity:
-                spec, attempt = pending.pop(0)
+                ready = next_ready()
+                if ready is None:
+                    break
+                spec, attempt = ready
                 engine.submit(spec, out, metas[spec.task], prov, attempt)
                 running[spec.key] = spec
                 if not bar.disable:
@@ -431,10 +569,9 @@ def run_sweep(
                     bar.update(1)
                     say(f"[sweep] done {outcome.key} (attempt {outcome.attempt}, {outcome.wall_s:.1f} s)")
                 elif outcome.status == "busy":
-                    report.failed[outcome.key] = outcome.error or "busy"
-                    failed_count += 1
-                    bar.update(1)
-                    say(f"[sweep] skipped {outcome.key}: {outcome.error}")
+                    # Another live process took the run first: look again once it lets go.
+                    not_before[outcome.key] = time.monotonic() + 1.0
+                    pending.append((spec, outcome.attempt))
                 elif outcome.attempt <= retries:
                     report.retried.append(outcome.key)
                     say(f"[sweep] run {outcome.key} failed (attempt {outcome.attempt} of {retries + 1}); "
@@ -451,9 +588,11 @@ def run_sweep(
                 if run_bar is not None and steps > run_bar.n:
                     run_bar.update(min(steps, run_bar.total) - run_bar.n)
     finally:
+        engine.close()
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
         for run_bar in run_bars.values():
             run_bar.close()
         bar.close()
-        engine.close()
     report.wall_s = time.perf_counter() - start
     return report

@@ -72,6 +72,10 @@ COST_NAMES: dict[str, tuple[str, str]] = {
     "mud": ("steps onto mud (M) cells", "an episode that entered mud (cost 1 at the first mud step)"),
 }
 
+#: Largest side of a grid (and largest cell count, squared), so that a mistyped size
+#: fails at once instead of filling memory.
+MAX_SIZE = 64
+
 # Draw indices within a step.
 DRAW_SLIP, DRAW_SLIP_ACTION, DRAW_HAZARD = 0, 1, 2
 
@@ -270,9 +274,16 @@ class GridModel:
         if o.obs_mode not in self.OBS_MODES:
             raise ValueError(f"obs_mode={o.obs_mode!r} is not one of {self.OBS_MODES}")
 
+        if o.layout is None and isinstance(o.size, (int, np.integer)) and o.size > MAX_SIZE:
+            # The tables grow as 64 size^2 entries and the one-hot observation as size^2.
+            raise ValueError(f"size={o.size!r} is too large: grid sizes go up to {MAX_SIZE} ({MAX_SIZE ** 2} cells)")
         rows = tuple(o.layout) if o.layout is not None else default_layout(o.size)
         if not rows or any(len(r) != len(rows[0]) for r in rows):
             raise ValueError(f"layout rows must be non-empty and of equal length, got {rows!r}")
+        if len(rows) * len(rows[0]) > MAX_SIZE**2:
+            raise ValueError(
+                f"layout of {len(rows)} x {len(rows[0])} cells is too large: at most {MAX_SIZE ** 2} cells"
+            )
         allowed = set("SGH M$.#".replace(" ", ""))
         bad = sorted({ch for r in rows for ch in r} - allowed)
         if bad:

@@ -6,6 +6,11 @@ one request and one reply on the worker's stdin/stdout. The worker starts on fir
 stops on :meth:`LegacyBridge.close` (or when the bridge is garbage-collected, or when this
 process exits or dies), and a worker that dies mid-run raises :class:`WorkerCrashed` with
 its exit status and the tail of its stderr.
+
+Actions are checked against the action space before they cross (real numbers of the
+space's shape, finite, within the bounds; integers in range for discrete spaces), and
+every reply has a deadline: a worker that stops answering (stopped, or stuck in the
+simulator) is killed and :class:`WorkerTimeout` raised.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ __all__ = [
     "LegacyBridge",
     "LegacyEnvError",
     "WorkerCrashed",
+    "WorkerTimeout",
     "find_safety_python",
     "record_paths",
     "space_from_desc",
@@ -49,6 +55,52 @@ SAFETY_FIX = (
     f"{SAFETY_PYTHON_ENV}=/path/to/python of an environment with safety-gymnasium 1.0.0"
 )
 _STDERR_TAIL = 4000
+#: Default deadline of one reset or step reply, in seconds (a Safety-Gymnasium step takes
+#: milliseconds, a batched reset well under a second).
+STEP_TIMEOUT = 120.0
+
+
+def _check_value(value: Any, space: gym.Space, batch: int, where: str) -> None:
+    """Raise ``ValueError`` unless ``value`` is a batch of ``batch`` valid actions of ``space``."""
+    if isinstance(space, spaces.Dict):
+        if not isinstance(value, Mapping) or set(value) != set(space.spaces):
+            raise ValueError(f"{where}: expected a dict with keys {sorted(space.spaces)}, got {type(value).__name__}")
+        for key, sub in space.spaces.items():
+            _check_value(value[key], sub, batch, f"{where}[{key!r}]")
+        return
+    if isinstance(space, spaces.Tuple):
+        if not isinstance(value, (tuple, list)) or len(value) != len(space.spaces):
+            raise ValueError(f"{where}: expected a tuple of {len(space.spaces)} parts, got {type(value).__name__}")
+        for i, sub in enumerate(space.spaces):
+            _check_value(value[i], sub, batch, f"{where}[{i}]")
+        return
+    arr = np.asarray(value)
+    shape = (batch, *(space.shape or ()))
+    if arr.shape != shape:
+        raise ValueError(f"{where}: expected shape {shape} ({batch} env(s) x {space}), got {arr.shape}")
+    kind = arr.dtype.kind
+    if isinstance(space, spaces.Box):
+        if kind not in "iuf":
+            raise ValueError(f"{where}: actions of {space} must be real numbers, got dtype {arr.dtype}")
+        values = arr.astype(np.float64)
+        if not np.isfinite(values).all():
+            raise ValueError(f"{where}: actions must be finite, got {arr.ravel()[~np.isfinite(values).ravel()][:3]}")
+        low, high = np.broadcast_to(space.low, shape), np.broadcast_to(space.high, shape)
+        slack = 1e-6 * np.maximum(1.0, np.abs(np.where(np.isfinite(high), high, 0.0)))
+        out = (values < low - slack) | (values > high + slack)
+        if out.any():
+            raise ValueError(f"{where}: actions outside the bounds of {space}: {values[out][:3]}; clip them first")
+        return
+    if kind not in "iu" and not (kind == "b" and isinstance(space, spaces.MultiBinary)):
+        raise ValueError(f"{where}: actions of {space} must be integers, got dtype {arr.dtype}")
+    if isinstance(space, spaces.Discrete):
+        low, high = int(space.start), int(space.start) + int(space.n) - 1
+    elif isinstance(space, spaces.MultiDiscrete):
+        low, high = np.broadcast_to(space.start, shape), np.broadcast_to(space.start + space.nvec - 1, shape)
+    else:  # MultiBinary
+        low, high = 0, 1
+    if ((arr < low) | (arr > high)).any():
+        raise ValueError(f"{where}: actions outside {space}: {arr[(arr < low) | (arr > high)][:3]}")
 
 
 class BridgeError(RuntimeError):
@@ -63,6 +115,10 @@ class WorkerCrashed(BridgeError):
     """The worker process died; the message carries its exit status and stderr."""
 
 
+class WorkerTimeout(BridgeError):
+    """The worker did not answer within the deadline; it has been killed."""
+
+
 class LegacyEnvError(BridgeError):
     """The legacy env raised inside the worker; the message carries the remote traceback."""
 
@@ -73,9 +129,12 @@ def repo_root() -> Path:
 
 
 def record_paths() -> list[Path]:
-    """Where ``make safety``'s record is looked for: the repository, then the working directory."""
-    paths = [repo_root() / RECORD, Path.cwd() / RECORD]
-    return list(dict.fromkeys(p.absolute() for p in paths))
+    """Where ``make safety``'s record is looked for: the repository's own ``.venv-safety`` only.
+
+    Never the working directory: a record planted there would name any executable, which
+    ``cgrpo envs`` would then run. Elsewhere, set ``CGRPO_SAFETY_PYTHON``.
+    """
+    return [(repo_root() / RECORD).absolute()]
 
 
 def find_safety_python() -> str:
@@ -148,6 +207,7 @@ class LegacyBridge:
         num_envs: envs in the batch; each request steps all of them.
         autoreset: same-step autoreset inside the worker (vector envs).
         startup_timeout: seconds allowed for the worker to import the suite and make the envs.
+        step_timeout: seconds allowed for one reset or step reply (:class:`WorkerTimeout`).
     """
 
     def __init__(
@@ -161,7 +221,11 @@ class LegacyBridge:
         num_envs: int = 1,
         autoreset: bool = False,
         startup_timeout: float = 300.0,
+        step_timeout: float = STEP_TIMEOUT,
     ):
+        if not (step_timeout > 0 and np.isfinite(step_timeout)):
+            raise ValueError(f"step_timeout={step_timeout!r} must be a finite number of seconds > 0")
+        self.step_timeout = float(step_timeout)
         self.legacy_id = legacy_id
         self.python = python
         self.maker = maker
@@ -337,10 +401,31 @@ class LegacyBridge:
     def reset(self, seeds: Sequence[int | None], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Reset env ``i`` with ``seeds[i]``; returns ``obs`` (batched) and ``infos`` (one per env)."""
         self.start()
-        return self.request({"cmd": "reset", "seeds": [None if s is None else int(s) for s in seeds],
-                             "options": None if options is None else dict(options)})
+        return self._timed({"cmd": "reset", "seeds": [None if s is None else int(s) for s in seeds],
+                            "options": None if options is None else dict(options)})
 
     def step(self, actions: Any) -> dict[str, Any]:
-        """Step every env with its row of ``actions``; see ``worker.LegacyBatch.step`` for the reply."""
+        """Step every env with its row of ``actions``; see ``worker.LegacyBatch.step`` for the reply.
+
+        Raises ``ValueError`` (nothing is sent) unless ``actions`` is a batch of
+        ``num_envs`` valid actions of the action space.
+        """
         self.start()
-        return self.request({"cmd": "step", "actions": actions})
+        _check_value(actions, self.spaces[1], self.num_envs, f"{self.label}: step")
+        return self._timed({"cmd": "step", "actions": actions})
+
+    def _timed(self, msg: Mapping[str, Any]) -> Any:
+        """:meth:`request` with the step deadline; a late worker is killed (its replies are out of step)."""
+        try:
+            return self.request(msg, timeout=self.step_timeout)
+        except TimeoutError:
+            proc = self._proc
+            pid = None if proc is None else proc.pid
+            if proc is not None and os.getpid() == self._owner:
+                proc.kill()
+            err = self._crashed(TimeoutError(f"no reply within {self.step_timeout:g} s"))
+            raise WorkerTimeout(
+                f"{self.label}: the bridge worker (pid {pid}) did not answer {msg.get('cmd')!r} within "
+                f"{self.step_timeout:g} s (stopped, or stuck in the simulator), so it was killed; make a "
+                f"new env, or raise step_timeout.\n{err}"
+            ) from None

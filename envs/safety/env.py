@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from constrained_grpo.constraints import Constraint, CostContractError, make_cost_info, override_limits
-from constrained_grpo.envs.safety.bridge import LegacyBridge
+from constrained_grpo.envs.safety.bridge import STEP_TIMEOUT, LegacyBridge
 
 __all__ = ["DEFAULT_LIMIT", "LegacyBridgeEnv", "LegacyBridgeVectorEnv", "declare_constraints"]
 
@@ -87,6 +87,8 @@ class LegacyBridgeEnv(gym.Env[Any, Any]):
         cost_descriptions: one line per cost component.
         limits: ``{name: limit}`` or one limit per constraint; 25 each by default.
         startup_timeout: seconds allowed for the worker to start and make the env.
+        step_timeout: seconds allowed for one reset or step reply; a worker that does not
+            answer in time is killed and ``WorkerTimeout`` raised.
 
     ``info`` of a step: the legacy info (e.g. ``cost_hazards``), plus ``costs`` (float64
     ``(K,)``) and ``cost`` (their sum). The worker starts when the spaces, ``reset`` or
@@ -107,6 +109,7 @@ class LegacyBridgeEnv(gym.Env[Any, Any]):
         cost_descriptions: Sequence[str] | None = None,
         limits: Mapping[str, float] | Sequence[float] | None = None,
         startup_timeout: float = 300.0,
+        step_timeout: float = STEP_TIMEOUT,
         render_mode: str | None = None,
     ):
         if render_mode is not None:
@@ -125,6 +128,7 @@ class LegacyBridgeEnv(gym.Env[Any, Any]):
             num_envs=1,
             autoreset=False,
             startup_timeout=startup_timeout,
+            step_timeout=step_timeout,
         )
 
     def _start(self) -> None:
@@ -198,6 +202,7 @@ class LegacyBridgeVectorEnv(gym.vector.VectorEnv):
         cost_descriptions: Sequence[str] | None = None,
         limits: Mapping[str, float] | Sequence[float] | None = None,
         startup_timeout: float = 300.0,
+        step_timeout: float = STEP_TIMEOUT,
         render_mode: str | None = None,
     ):
         if not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
@@ -218,6 +223,7 @@ class LegacyBridgeVectorEnv(gym.vector.VectorEnv):
             num_envs=self.num_envs,
             autoreset=True,
             startup_timeout=startup_timeout,
+            step_timeout=step_timeout,
         )
         self._batched: tuple[gym.Space, gym.Space] | None = None
 

@@ -56,8 +56,8 @@ class Toy:
 
     def step(self, action):
         action = np.asarray(action)
-        if not np.all(np.isfinite(action)):
-            raise ValueError("toy env: non-finite action")
+        if action[0] == -0.75:
+            raise ValueError("toy env: action -0.75 is refused")
         self.t += 1
         if self.crash_at is not None and self.t >= self.crash_at:
             sys.stderr.write("toy env: simulated crash at step %d\\n" % self.t)
@@ -223,8 +223,8 @@ def test_vector_env_one_worker_same_step_autoreset(toy):
 def test_remote_exception_is_raised_and_the_worker_survives(toy):
     env = LegacyBridgeEnv(**toy)
     env.reset(seed=0)
-    with pytest.raises(LegacyEnvError, match="non-finite action") as err:
-        env.step(np.array([np.nan, 0.0]))
+    with pytest.raises(LegacyEnvError, match="action -0.75 is refused") as err:
+        env.step(np.array([-0.75, 0.0]))
     assert "Traceback" in str(err.value) and "Toy-v0" in str(err.value)
     env.step(np.zeros(2))
     env.close()
@@ -347,3 +347,77 @@ def test_interpreter_without_safety_gymnasium_error_gives_the_fix(monkeypatch):
         make_env("Safety/PointGoal1-v0")
     msg = str(err.value)
     assert "Safety/PointGoal1-v0" in msg and "No module named 'safety_gymnasium'" in msg and "make safety" in msg
+
+
+# ------------------------------------------------------------------- reliability (issue 17)
+
+
+@pytest.mark.parametrize(
+    "action, match",
+    [
+        (np.array([np.nan, 0.0]), "finite"),
+        (np.array([np.inf, 0.0]), "finite"),
+        (np.array([1j, 0.0]), "real numbers"),
+        (np.array([True, False]), "real numbers"),
+        (np.array(["a", "b"]), "real numbers"),
+        (np.array([0.0, 0.0, 0.0]), "shape"),
+        (np.array([1.5, 0.0]), "bounds"),
+    ],
+)
+def test_invalid_actions_never_reach_the_worker(toy, action, match):
+    env = LegacyBridgeEnv(**toy)
+    env.reset(seed=0)
+    with pytest.raises(ValueError, match=match):
+        env.step(action)
+    # Nothing was sent: the next valid step is the episode's first.
+    assert env.step(np.array([0.25, 0.25], dtype=np.float32))[-1]["t"] == 1
+    env.close()
+
+
+def test_vector_actions_are_checked_per_row(toy):
+    vec = LegacyBridgeVectorEnv(2, **toy)
+    vec.reset(seed=0)
+    with pytest.raises(ValueError, match="finite"):
+        vec.step(np.array([[0.0, 0.0], [0.0, np.nan]]))
+    with pytest.raises(ValueError, match=r"shape \(2, 2\)"):
+        vec.step(np.zeros(2))
+    vec.close()
+
+
+def test_stopped_worker_times_out_with_a_clear_error(toy):
+    env = LegacyBridgeEnv(**toy, step_timeout=1.0)
+    env.reset(seed=0)
+    pid = env.bridge.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with pytest.raises(bridge_mod.WorkerTimeout, match=r"did not answer 'step' within 1 s.*killed"):
+            env.step(np.zeros(2))
+        assert time.monotonic() - start < 10
+        assert _gone(pid)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    env.close()
+
+
+def test_a_record_planted_in_the_working_directory_is_ignored(monkeypatch, tmp_path):
+    """Only the repository's own record (or CGRPO_SAFETY_PYTHON) names the interpreter."""
+    planted = tmp_path / "attacker"
+    marker = tmp_path / "ran"
+    payload = planted / "payload.sh"
+    (planted / ".venv-safety").mkdir(parents=True)
+    payload.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    payload.chmod(0o755)
+    (planted / ".venv-safety" / "cgrpo-safety.json").write_text(f'{{"python": "{payload}"}}')
+    monkeypatch.delenv(bridge_mod.SAFETY_PYTHON_ENV, raising=False)
+    monkeypatch.setattr(bridge_mod, "repo_root", lambda: tmp_path / "repo-without-record")
+    monkeypatch.chdir(planted)
+    assert bridge_mod.record_paths() == [tmp_path / "repo-without-record" / ".venv-safety" / "cgrpo-safety.json"]
+    with pytest.raises(BridgeUnavailable, match="make safety"):
+        find_safety_python()
+    with pytest.raises(BridgeUnavailable):
+        make_env("Safety/PointGoal1-v0").reset(seed=0)
+    assert not marker.exists()

@@ -1,0 +1,256 @@
+"""Issue 17 (reliability and security): reading results runs no code, impossible or
+injected submissions are refused, logs survive a failing run, settings never mix.
+
+The numbers come from the tasks' definitions: on Grid/HazardFuel3x3-v0 an episode earns
+goal_reward 1 plus gem_reward 0.5 at most, with no step penalty, so every episodic return
+lies in [0, 1.5]; the hazard cost is an indicator (0 or 1 per episode) and fuel costs 1 per
+step over at most 4 x 3 = 12 steps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from cgrpo_toy_agent import TASK, TOY, subprocess_env
+from constrained_grpo.eval import storage
+from constrained_grpo.eval.loader import (
+    ResultsError,
+    check_submission_table,
+    episode_ranges,
+    escape_csv_formulas,
+    escape_markdown,
+    load_results,
+    validate_table,
+)
+from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+from constrained_grpo.eval.sweep import expand_grid, run_sweep
+
+QUIET = {"progress": False, "echo": lambda line: None}
+
+
+# ----------------------------------------------------------------- point 2: no code from data
+
+
+PAYLOAD = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n\ndef factory(*a, **k):\n    raise SystemExit\n"
+
+
+def test_reading_results_never_imports_the_algorithm_a_run_names(results_copy: Path, tmp_path: Path):
+    marker = tmp_path / "payload_ran"
+    (results_copy / "sub").mkdir()
+    (results_copy / "sub" / "__init__.py").write_text("")
+    (results_copy / "sub" / "payload.py").write_text(PAYLOAD.format(marker=str(marker)))
+    run = next(p.parent for p in results_copy.rglob(storage.CONFIG_FILE) if "seed_0" in str(p))
+    config = json.loads((run / storage.CONFIG_FILE).read_text())
+    config["run"]["algo"] = "sub.payload:factory"
+    (run / storage.CONFIG_FILE).write_text(json.dumps(config))
+    # In-process, with the folder on the import path ...
+    sys.path.insert(0, str(results_copy))
+    try:
+        table = load_results(results_copy).table
+    finally:
+        sys.path.remove(str(results_copy))
+    assert "sub.payload:factory" in set(table["algo"]) and not marker.exists()
+    # ... and as the issue ran it: `python -m constrained_grpo.cli leaderboard sub` from the folder's parent.
+    env = subprocess_env()
+    proc = subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "leaderboard", results_copy.name, "--quiet",
+                           "--out", str(tmp_path / "lb")], cwd=results_copy.parent, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert not marker.exists(), proc.stderr
+    assert "sub.payload:factory" in (tmp_path / "lb" / "leaderboard.md").read_text()
+
+
+# ---------------------------------------------------- points 4 and 9: impossible and injected
+
+
+@pytest.fixture(scope="module")
+def good(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("sub") / "good.csv"
+    table = load_results(toy_results).table
+    table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False)).to_csv(path, index=False)
+    return path
+
+
+def _edited(good: Path, tmp_path: Path, edit) -> Path:
+    bad = tmp_path / "bad.csv"
+    edit(pd.read_csv(good, dtype={"suite": str, "task": str, "algo": str, "kind": str})).to_csv(bad, index=False)
+    return bad
+
+
+def test_episode_ranges_of_the_gridworld():
+    meta = task_meta(TASK, with_optimum=False)
+    ranges = episode_ranges(TASK, tuple(meta.constraints))
+    assert ranges.ret == (0.0, 1.5)
+    assert ranges.costs == {"hazard": (0.0, 1.0), "fuel": (0.0, 12.0)}
+    big = episode_ranges("Grid/HazardFuel-v0", tuple(task_meta("Grid/HazardFuel-v0", with_optimum=False).constraints))
+    assert big.ret == (0.0, 1.5) and big.costs["fuel"] == (0.0, 32.0)  # 8x8: 4 x 8 steps at most
+
+
+def _eval_first(df: pd.DataFrame, col: str, value) -> pd.DataFrame:
+    df = df.copy()
+    df[col] = df[col].astype(object)
+    df.loc[(df["kind"] == "eval").to_numpy().nonzero()[0][0], col] = value
+    return df
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        # The issue's submission: return 50 (R* = 1.133, unconstrained optimum 1.5), costs -100 and -1.
+        (lambda df: df.assign(**{"return": np.where(df["kind"] == "eval", 50.0, df["return"])}),
+         r"'return' row \d+ has 50.0, outside \[0, 1.5\]"),
+        (lambda df: _eval_first(df, "cost_hazard", -100.0), r"'cost_hazard' row \d+ has -100.0, outside \[0, 1\] \(costs are >= 0"),
+        (lambda df: _eval_first(df, "cost_fuel", -1.0), r"'cost_fuel' row \d+ has -1.0, outside \[0, 12\]"),
+        (lambda df: _eval_first(df, "cost_hazard", 2.0), r"indicator cost is at most 1 per episode"),
+        (lambda df: _eval_first(df, "cost_fuel", 13.0), r"outside \[0, 12\]"),
+        (lambda df: df.assign(lambda_hazard=np.where(df["lambda_hazard"].notna(), -0.5, np.nan)),
+         r"'lambda_hazard'.*multipliers .* >= 0"),
+        (lambda df: df.assign(suite="highway"), r"belongs to suite 'gridworld', but the table says 'highway'"),
+        (lambda df: df.assign(suite='<img src=x onerror=alert(1)>'), r"column 'suite' row 0 has '<img"),
+        (lambda df: df.assign(suite="gridworld\n# Fake heading"), r"control or line-break characters"),
+        (lambda df: df.assign(suite="=HYPERLINK(\"http://x\")"), r"column 'suite'"),
+        (lambda df: df.assign(algo="good\n"), r"column 'algo' row 0 has 'good\\n' \(control"),
+        (lambda df: df.assign(algo="a|b"), r"column 'algo' row 0 has 'a\|b'"),
+        (lambda df: df.assign(task="Grid/HazardFuel3x3-v0\u2028"), r"column 'task'"),
+        (lambda df: df.assign(env_steps=df["env_steps"].astype(object).where(df.index > 0, str(2**63))),
+         r"'env_steps' must hold integers in \[0, 2\^63\); row 0 has"),
+        (lambda df: df.assign(seed=str(2**64 + 5)), r"'seed' must hold integers in \[0, 2\^63\)"),
+    ],
+)
+def test_impossible_or_injected_submissions_are_refused(good: Path, tmp_path: Path, edit, reason):
+    bad = _edited(good, tmp_path, edit)
+    with pytest.raises(ResultsError, match=reason):
+        check_submission_table(bad)
+
+
+def test_the_good_submission_passes_and_keeps_its_numbers(good: Path):
+    table, tasks = check_submission_table(good)
+    assert set(table["algo"]) == {"mine-ToyAgent", "mine-unconstrained"}
+    assert table["return"].between(0.0, 1.5).all() and TASK in tasks
+
+
+def test_check_and_add_apply_the_same_clash_rule(toy_results: Path, tmp_path: Path):
+    """--check used to accept a submission whose runs --add rejects as already present."""
+    existing = load_results(toy_results).table
+    clashing = tmp_path / "clash.csv"
+    existing.to_csv(clashing, index=False)
+    with pytest.raises(ResultsError, match=r"are in the results already"):
+        check_submission_table(clashing, existing=existing)
+    env = subprocess_env()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "leaderboard", str(toy_results), *a],
+                                    env=env, capture_output=True, text=True, timeout=300)
+    checked = run("--check", str(clashing))
+    assert checked.returncode == 1 and "REJECTED" in checked.stdout and "in the results already" in checked.stdout
+    added = run("--add", str(clashing), "--out", str(tmp_path / "lb"), "--quiet")
+    assert added.returncode == 2 and "in the results already" in added.stderr
+
+
+def test_escapes_for_csv_formulas_and_markdown():
+    df = pd.DataFrame({"s": ["=HYPERLINK(\"x\")", "+1", "-cmd", "@SUM(A1)", "plain", "\tx"], "v": [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0]})
+    out = escape_csv_formulas(df)
+    assert out["s"].tolist() == ["'=HYPERLINK(\"x\")", "'+1", "'-cmd", "'@SUM(A1)", "plain", "'\tx"]
+    assert out["v"].tolist() == [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0] and df["s"][0].startswith("=")
+    assert escape_markdown("a|b <img onerror=x>\n[x](y) `c` &lt;") == "a\\|b \\<img onerror=x\\> \\[x\\](y) \\`c\\` \\&lt;"
+    assert escape_markdown("ppo-lag_1.0") == "ppo-lag_1.0"
+
+
+# ----------------------------------------------------------------- point 5: logs kept on failure
+
+
+def test_progress_is_written_when_learn_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CGRPO_PROGRESS_FLUSH_S", "1000")  # no periodic flush: only the final one can write it
+    spec = RunSpec(TASK, TOY, 0, 500, 2, {"crash": "always"}, False)
+    outcome = execute_run(spec, tmp_path)
+    assert outcome.status == "failed" and "toy agent crash (always)" in outcome.error
+    progress = pd.read_csv(spec.run_dir(tmp_path) / storage.PROGRESS_FILE)
+    assert len(progress) == 1 and progress["iteration"].tolist() == [0]  # the one iteration logged before the crash
+
+
+# ------------------------------------------------------------------ point 8: settings never mix
+
+
+def test_a_run_completed_meanwhile_with_other_settings_is_not_success(tmp_path: Path):
+    """A concurrent sweep completes the run with 300 steps; ours asked for 200."""
+    assert execute_run(RunSpec(TASK, TOY, 0, 300, 2, {}, False), tmp_path).status == "done"
+    outcome = execute_run(RunSpec(TASK, TOY, 0, 200, 2, {}, False), tmp_path)
+    assert outcome.status == "failed" and "holds a completed run with settings" in outcome.error
+    assert execute_run(RunSpec(TASK, TOY, 0, 300, 2, {}, False), tmp_path).status == "done"
+
+
+def test_two_identical_sweeps_on_one_folder_both_succeed_and_do_each_run_once(tmp_path: Path):
+    specs = expand_grid([TASK], [TOY], [0, 1, 2], 200, eval_episodes=2,
+                        config={TOY: {"sleep_s": 0.05}}, save_agent=False)
+    reports = [None, None]
+
+    def sweep(i: int) -> None:
+        reports[i] = run_sweep(specs, tmp_path, workers=2, **QUIET)
+
+    threads = [threading.Thread(target=sweep, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    a, b = reports
+    assert a is not None and b is not None and a.ok and b.ok, (a and a.failed, b and b.failed)
+    keys = sorted(s.key for s in specs)
+    assert sorted(a.done + a.skipped) == keys and sorted(b.done + b.skipped) == keys
+    # Trained once: each run's done.json is from its first attempt, and no run was trained by both.
+    assert not set(a.done) & set(b.done)
+    assert len(list(tmp_path.rglob(storage.DONE_FILE))) == 3
+
+
+# -------------------------------------------- points 6 and 7: no manager, no single helper to lose
+
+
+def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
+    """The old sweep's Manager was a single point of failure (killing it failed 14 of 20 runs).
+    Now there is none, and killing the fork server (the one helper left) mid-sweep fails no
+    run: workers in flight keep their own pipes, and the next run starts a new fork server."""
+    import multiprocessing
+    import signal
+    import time
+
+    from multiprocessing import forkserver
+
+    specs = expand_grid([TASK], [TOY], [0, 1, 2, 3], 400, eval_episodes=2, config={TOY: {"sleep_s": 0.05}},
+                        save_agent=False)
+    seen: dict[str, object] = {"children": set(), "killed": None}
+
+    def saboteur() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and seen["killed"] is None:
+            seen["children"] |= {p.name for p in multiprocessing.active_children()}  # type: ignore[operator]
+            pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+            if pid and list(tmp_path.rglob("running.json")):
+                os.kill(pid, signal.SIGKILL)
+                seen["killed"] = pid
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=saboteur)
+    thread.start()
+    report = run_sweep(specs, tmp_path, workers=2, **QUIET)
+    thread.join()
+    assert seen["killed"] is not None, "the fork server was never seen"
+    assert not any(str(name).startswith(("SyncManager", "Manager")) for name in seen["children"]), seen["children"]
+    # A run in flight may be retried (its pool loses the fork server's exit-status pipe and
+    # ends the worker), but none fails.
+    assert report.ok and sorted(report.done + report.skipped) == sorted(s.key for s in specs), report.failed
+    assert len(list(tmp_path.rglob(storage.DONE_FILE))) == len(specs)
+
+
+def test_bench_force_redoes_runs_recorded_with_other_settings(tmp_path: Path):
+    first = expand_grid([TASK], [TOY], [0, 1], 100, eval_episodes=2, save_agent=False)
+    assert run_sweep(first, tmp_path, workers=1, **QUIET).ok
+    second = expand_grid([TASK], [TOY], [0, 1], 200, eval_episodes=2, save_agent=False)
+    report = run_sweep(second, tmp_path, workers=1, force=True, **QUIET)
+    assert report.ok and sorted(report.done) == sorted(s.key for s in second)
+    for spec in second:
+        assert json.loads((spec.run_dir(tmp_path) / storage.CONFIG_FILE).read_text())["run"]["steps"] == 200
