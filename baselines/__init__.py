@@ -31,4 +31,6 @@ for _name, _spec in BASELINES.items():
         defaults=_spec.preset,
         description=_spec.description,
         constrained=_spec.constrained,
+        # PPO-Lagrangian mixes (A_r - sum lambda A_c) / (1 + sum lambda): lambda in reward units.
+        lambda_in_reward_units=_spec.constrained,
     )

@@ -19,8 +19,14 @@ string otherwise. For ``bench``, ``--config.ALGO.FIELD VALUE`` sets it for one a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -56,14 +62,34 @@ def parse_config_args(argv: Sequence[str]) -> tuple[list[str], dict[str, Any]]:
                 i += 1
             if not name or name.startswith(".") or name.endswith("."):
                 raise CliError(f"malformed option {arg!r}; write --config.FIELD VALUE")
-            try:
-                config[name] = json.loads(value)
-            except json.JSONDecodeError:
-                config[name] = value
+            config[name] = _config_value(arg, value)
         else:
             rest.append(arg)
         i += 1
     return rest, config
+
+
+#: A value that starts like JSON (a number, list, object, quoted string) must be JSON.
+_JSON_START = re.compile(r"\s*([\[{\"0-9]|[-+.][0-9.]|-?Infinity|NaN)")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _config_value(arg: str, value: str) -> Any:
+    """``value`` parsed as JSON; a bare word (``adam``) is a string. JSON-looking text
+    that does not parse, and NaN or infinity, are errors naming the option."""
+    try:
+        return json.loads(value, parse_constant=_reject_constant)
+    except json.JSONDecodeError as err:
+        if not _JSON_START.match(value):
+            return value
+        why = str(err)
+    except ValueError as err:  # NaN or Infinity
+        why = str(err)
+    raise CliError(f"{arg}: {value!r} is not a valid value ({why}); write e.g. 0.01, true, [64, 64], "
+                   '{"size": 8} or a plain word')
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -111,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--retries", type=int, default=1, help="retries of a crashed run (default 1)")
     b.add_argument("--no-save", action="store_true", help="do not save the agents")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
+    b.add_argument("--force", action="store_true", help="redo completed runs recorded with other settings")
 
     lb = sub.add_parser("leaderboard", help="rank the results in DIR; or validate a submission")
     lb.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
@@ -126,6 +153,66 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", type=Path, default=None, help="output folder (default DIR/plots)")
     pl.add_argument("--allow-incomplete", action="store_true")
     return p
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def _writable_dir(path: Path, option: str) -> None:
+    """Create ``path`` if needed and prove a file can be written in it, before any work."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
+
+
+#: Last traceback lines of an agent config rejected by constrained_grpo.options.
+_OPTION_ERROR = re.compile(r"(?:constrained_grpo\.options\.OptionError|ValueError): ((?:\S+ option '.*' takes|unknown .*option\(s\)).*)")
+
+
+def _option_error(traceback_text: str) -> str | None:
+    """The message of a run that failed because its agent options were rejected, else None."""
+    lines = traceback_text.rstrip().splitlines()
+    match = _OPTION_ERROR.fullmatch(lines[-1]) if lines else None
+    return None if match is None else match.group(1)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Bad numbers and paths as one-line errors naming the option, before anything runs."""
+    def at_least(option: str, value: int | None, low: int) -> None:
+        if value is not None and value < low:
+            raise CliError(f"{option} must be >= {low}, got {value}")
+
+    if args.command == "check":
+        at_least("--steps", args.steps, 1)
+    if args.command == "train":
+        at_least("--seed", args.seed, 0)
+        at_least("--steps", args.steps, 1)
+        at_least("--eval-episodes", args.eval_episodes, 1)
+        _writable_dir(args.out, "--out")
+    if args.command == "bench":
+        at_least("--seeds", args.seeds, 1)
+        at_least("--steps", args.steps, 1)
+        at_least("--eval-episodes", args.eval_episodes, 1)
+        at_least("--workers", args.workers, 1)
+        at_least("--retries", args.retries, 0)
+        if args.out is not None:
+            _writable_dir(args.out, "--out")
+    if args.command == "leaderboard":
+        if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
+            raise CliError(f"--tol must be a finite number >= 0 (a tolerance on (J - d)/d), got {args.tol}")
+        for option, files in (("--check", [args.check] if args.check is not None else []), ("--add", args.add)):
+            for file in files:
+                if file.is_dir():
+                    raise CliError(f"{option} {file} is a folder; give the submission's CSV file")
+                if not file.is_file():
+                    raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
+        if args.out is not None and args.check is None:
+            _writable_dir(args.out, "--out")
+    if args.command == "plot" and args.out is not None:
+        _writable_dir(args.out, "--out")
 
 
 # ---------------------------------------------------------------------------------- commands
@@ -186,19 +273,29 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from tqdm.auto import tqdm
 
     from constrained_grpo.eval import storage
-    from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+    from constrained_grpo.eval.runner import RunSpec, execute_run, run_meta, task_meta
     from constrained_grpo.registry import agent_spec
 
     agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
     path = spec.run_dir(args.out)
     if storage.is_complete(path):
+        try:
+            recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
+        except (OSError, ValueError, AttributeError):
+            recorded = {}
+        same = spec.same_results_as(recorded)
         if not args.force:
+            if not same:
+                raise CliError(
+                    f"{path} holds a completed run with settings {recorded}, not {spec.to_dict()}; "
+                    "pass --force to replace it, or use another --out"
+                )
             print(f"{path} is complete already; pass --force to rerun it")
             return 0
         with storage.run_lock(path):
             (path / storage.DONE_FILE).unlink()
-    meta = task_meta(args.task)
+    meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
     bar = tqdm(total=spec.steps, desc=spec.key, unit="step", file=sys.stderr, disable=None)
 
     def progress(env_steps: int) -> None:
@@ -207,21 +304,38 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     outcome = execute_run(spec, args.out, meta=meta, on_progress=progress)
     bar.close()
     if outcome.status != "done":
+        option_error = _option_error(outcome.error or "")
+        if option_error is not None:
+            # A bad --config value: a usage error, not a failed run worth keeping.
+            shutil.rmtree(path, ignore_errors=True)
+            for parent in path.parents:  # the folders this run created, up to --out
+                if parent == args.out or not parent.is_relative_to(args.out):
+                    break
+                with contextlib.suppress(OSError):
+                    parent.rmdir()  # only when empty
+            raise CliError(f"--config: {option_error}")
         print(f"run {spec.key} {outcome.status}:\n{outcome.error}", file=sys.stderr)
         return 1
     from constrained_grpo.eval.loader import load_run
     from constrained_grpo.eval.metrics import run_metrics
 
-    table, _ = load_run(path, known_algos=None)
+    table, meta = load_run(path, known_algos=None)  # the task as config.json records it
     m = run_metrics(table, {meta.task: meta}).iloc[0]
     print(f"{spec.key}: done in {outcome.wall_s:.1f} s -> {path}")
-    line = f"  eval return {m['eval_return']:.4f}"
+    print(f"  final policy, {int(m['eval_episodes'])} episodes from reset seeds {int(m['eval_first_seed'])}+i, "
+          f"{m['primary_policy']} actions: {'FEASIBLE' if m['feasible'] else 'INFEASIBLE'} (tolerance 0.1 on (J - d)/d)")
+    line = f"  return {m['eval_return']:.4f}"
     if meta.optimum_return is not None:
-        line += f" (optimum {meta.optimum_return:.4f}, normalised {m['eval_return_norm']:.3f})"
+        line += f" (optimum R* {meta.optimum_return:.4f} for these limits, normalised {m['eval_return_norm']:.3f})"
     print(line)
     for c in meta.constraints:
-        ok = "ok" if m[f"violation_{c.name}"] <= 0 else "VIOLATED"
-        print(f"  {c.name}: eval cost {m[f'eval_cost_{c.name}']:.4f} vs limit {c.limit:g} ({ok})")
+        ok = "ok" if m[f"violation_{c.name}"] <= 0 else f"VIOLATED by {m[f'violation_{c.name}']:.0%}"
+        print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} vs limit {c.limit:g} ({ok}); "
+              f"{m[f'within_{c.name}']:.0%} of episodes within")
+    greedy = "feasible" if m["greedy_feasible"] else "infeasible"
+    tail = "feasible" if m["tail_feasible"] else "infeasible"
+    print(f"  greedy policy: return {m['greedy_return']:.4f}, {greedy}; average iterate (last 20% of training): "
+          f"return {m['final_return']:.4f}, {tail}")
     return 0
 
 
@@ -260,7 +374,8 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
           + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)
     report = run_sweep(specs, out, backend=args.backend, workers=args.workers, retries=args.retries,
-                       ray_address=args.ray_address, progress=False if args.no_progress else None)
+                       ray_address=args.ray_address, progress=False if args.no_progress else None,
+                       force=args.force)
     print(report.summary())
     if report.ok:
         print(f"next: cgrpo leaderboard {out}")
@@ -279,21 +394,29 @@ def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any]]:
     return results.table, results.tasks
 
 
+def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
+    """Per algorithm of the runs under ``path``: what its runs record about its multipliers."""
+    from constrained_grpo.eval.loader import algo_properties
+
+    return {} if path.is_file() else algo_properties(path)
+
+
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from constrained_grpo.eval.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
-    from constrained_grpo.eval.loader import ResultsError, validate_table
+    from constrained_grpo.eval.loader import ResultsError, check_submission_table, validate_table
 
     if args.check is not None:
-        tasks = None
+        tasks, existing = None, None
         if args.dir.is_dir():
             try:
-                tasks = _load(args.dir, True)[1]
+                existing, tasks = _load(args.dir, True)
             except ResultsError:
                 tasks = None  # no usable runs: check against the registered tasks
         try:
-            table, _ = check_submission(args.check, tasks)
+            # The rules of --add exactly, the clash with the results included.
+            table, _ = check_submission_table(args.check, tasks, existing)
         except ResultsError as err:
             print(f"REJECTED {args.check}: {err}")
             return 1
@@ -303,13 +426,19 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
 
     table, tasks = _load(args.dir, args.allow_incomplete)
+    added: set[str] = set()
     for extra in args.add:
-        sub, sub_tasks = check_submission(extra, tasks)
-        clash = set(zip(sub["task"], sub["algo"], sub["seed"])) & set(zip(table["task"], table["algo"], table["seed"]))
-        if clash:
-            raise CliError(f"{extra}: runs {sorted(clash)[:3]} are in the results already; rename the algorithm")
+        sub, sub_tasks = check_submission_table(extra, tasks, table)
         table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
-    lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol)
+        added |= set(sub["algo"])
+    props = _algo_properties(args.dir)
+    lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol,
+                           lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
+                           lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None})
+    refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
+    if refused:
+        raise CliError("refusing to rank the submission with these results: " + "; ".join(
+            f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
     paths = write_leaderboard(lb, out, table=None if args.dir.is_file() else table)
@@ -346,6 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(rest)
     if config and args.command not in ("train", "bench"):
         parser.error(f"--config.* options apply to train and bench, not {args.command}")
+    try:
+        _check_args(args)
+    except CliError as err:
+        parser.error(str(err))
     start = time.perf_counter()
     try:
         if args.command == "envs":
@@ -362,6 +495,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_leaderboard(args)
         if args.command == "plot":
             return _cmd_plot(args)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM during a sweep
+        how = f" ({err})" if str(err) else ""
+        print(f"cgrpo {args.command}: interrupted{how}; every finished run is on disk, rerun the same "
+              "command to resume", file=sys.stderr)
+        return 130
     except CostContractError as err:
         print(f"cgrpo {args.command}: FAILED the cost contract: {err}", file=sys.stderr)
         return 1

@@ -88,6 +88,10 @@ class AgentSpec:
         defaults: config values this name fixes (a variant is a name plus defaults).
         description: one line for ``cgrpo algos`` and the leaderboard.
         constrained: whether the agent uses the constraints (has multipliers).
+        lambda_in_reward_units: whether its multiplier lambda_k weighs cost k against the
+            reward in the reward's own units (reward - sum_k lambda_k cost_k, as in ScRew or
+            PPO-Lagrangian), so that lambda is comparable with the LP's optimal dual lambda*;
+            False where lambda weighs standardized advantages (ScAdv) or there is none.
     """
 
     name: str
@@ -95,6 +99,7 @@ class AgentSpec:
     defaults: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     constrained: bool = True
+    lambda_in_reward_units: bool = False
 
 
 _REGISTRY: dict[str, AgentSpec] = {}
@@ -108,10 +113,11 @@ def register_agent(
     defaults: Mapping[str, Any] | None = None,
     description: str = "",
     constrained: bool = True,
+    lambda_in_reward_units: bool = False,
     override: bool = False,
 ) -> AgentSpec:
     """Register an algorithm; registering the same spec twice is a no-op."""
-    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained)
+    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units)
     old = _REGISTRY.get(name)
     if old is not None and old != spec and not override:
         raise ValueError(

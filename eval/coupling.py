@@ -55,7 +55,8 @@ from scipy import stats as sps  # noqa: E402
 
 from constrained_grpo.agents.advantages import AdvantageSpec, effective_weights  # noqa: E402
 from constrained_grpo.constraints import Constraint  # noqa: E402
-from constrained_grpo.eval.metrics import multiplier_stability, second_half  # noqa: E402
+from constrained_grpo.eval.metrics import second_half  # noqa: E402
+from constrained_grpo.eval.stability import multiplier_stability  # noqa: E402
 from constrained_grpo.eval.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, stratified_bootstrap_ci  # noqa: E402
 from constrained_grpo.files import atomic_write_csv, atomic_write_text  # noqa: E402
 
@@ -358,10 +359,9 @@ def run_row(
     * ``tail_return`` = mean of R_t over the tail; ``return_gap`` = R* - tail_return,
       ``rel_return_gap`` = return_gap / |R*|;
     * per constraint k: ``tail_cost_k``, ``viol_rate_k`` (:func:`violation_rate`),
-      ``tail_lambda_k``, ``max_lambda_k``, and :func:`~constrained_grpo.eval.metrics.multiplier_stability`
-      of lambda_k (``tv_k``, ``osc_k``, ``drift_k``, ``r2_k``, ``overshoot_k``,
-      ``settling_k``, ``cv_k``, ``stability_k``; tv, osc, drift, r2 and cv over the second
-      half) with ``violated`` = tail_cost_k > (1 + tol) d_k;
+      ``tail_lambda_k``, ``max_lambda_k``, and :func:`~constrained_grpo.eval.stability.multiplier_stability`
+      of lambda_k (``stability_k``, ``stability_class_k``, ``amplitude_k``, ``tv_k``,
+      ``osc_k``, ``drift_k``, ``settling_k``, ``overshoot_k``);
     * ``within_limits`` = all_k tail_cost_k <= (1 + tol) d_k; ``return_ok`` =
       tail_return >= R* - tol |R*|; ``passed`` = both (the criterion of agents/experiment.py);
     * per component j, over the second half: ``effw_mean_j`` and ``effw_std_j``
@@ -390,9 +390,9 @@ def run_row(
             lam = p[col].to_numpy(dtype=np.float64)
             row[f"tail_lambda_{c.name}"] = float(_tail(lam, frac).mean())
             row[f"max_lambda_{c.name}"] = float(lam.max())
-            ms = asdict(multiplier_stability(steps, lam, violated))
+            ms = asdict(multiplier_stability(steps, lam, cost, c.limit))
             for name, value in ms.items():
-                short = {"score": "stability", "oscillations": "osc"}.get(name, name)
+                short = {"score": "stability", "verdict": "stability_class", "oscillations": "osc"}.get(name, name)
                 row[f"{short}_{c.name}"] = value
     row["within_limits"] = within
     row["return_ok"] = bool(optimum is not None and row["tail_return"] >= optimum - tol * abs(optimum))
@@ -408,6 +408,41 @@ def run_row(
     for c in constraints:
         if f"eff_w_{c.name}" in p and f"lambda_{c.name}" in p:
             row[f"transmission_{c.name}"] = transmission(p[f"eff_w_{c.name}"], p[f"lambda_{c.name}"])
+    return row
+
+
+def last_iterate_row(
+    summary_row: Mapping[str, Any],
+    constraints: Sequence[Constraint],
+    optimum: float | None,
+    *,
+    tol: float = TOL,
+) -> dict[str, Any]:
+    """The same criterion applied to the final policy instead of the training tail.
+
+    The tail is an average over policy iterates; a Lagrangian method can meet its limits on
+    that average while the last iterate, the policy a user deploys, violates them. From the
+    run's evaluation of its final policy (``eval_return``, ``eval_cost_k`` in summary.csv):
+    ``final_within_limits`` = all_k eval_cost_k <= (1 + tol) d_k, ``final_return_ok`` =
+    eval_return >= R* - tol |R*|, ``final_passed`` = both (NaN/False without an evaluation).
+    """
+    def num(key: str) -> float:
+        try:
+            v = float(summary_row.get(key, math.nan))
+        except (TypeError, ValueError):
+            return math.nan
+        return v
+
+    ret = num("eval_return")
+    row: dict[str, Any] = {"final_eval_return": ret}
+    within = math.isfinite(ret)
+    for c in constraints:
+        cost = num(f"eval_cost_{c.name}")
+        row[f"final_eval_cost_{c.name}"] = cost
+        within = within and cost <= c.limit * (1.0 + tol)
+    row["final_within_limits"] = bool(within)
+    row["final_return_ok"] = bool(optimum is not None and math.isfinite(ret) and ret >= optimum - tol * abs(optimum))
+    row["final_passed"] = bool(within and row["final_return_ok"])
     return row
 
 
@@ -567,9 +602,12 @@ def _key_metrics(constraints: Sequence[Constraint]) -> list[tuple[str, str]]:
     names = [c.name for c in constraints]
     rows = [("tail_return", "tail return (last 20% of iterations)"),
             ("return_gap", "gap to R* (R* - tail return)"),
-            ("passed", "fraction of seeds meeting the criterion")]
+            ("passed", "fraction of seeds meeting the criterion (average iterate: training tail)"),
+            ("final_passed", "fraction of seeds meeting the criterion (last iterate: final policy, sampled)"),
+            ("final_eval_return", "final policy's evaluated return")]
     for c in constraints:
         rows += [(f"tail_cost_{c.name}", f"tail cost {c.name} (limit {c.limit:g})"),
+                 (f"final_eval_cost_{c.name}", f"final policy's cost {c.name} (limit {c.limit:g})"),
                  (f"viol_rate_{c.name}", f"tail iterations with J_{c.name} > {c.limit:g}")]
     for n in names:
         rows += [(f"tail_lambda_{n}", f"λ_{n}, tail mean"), (f"max_lambda_{n}", f"λ_{n}, max"),
@@ -605,7 +643,10 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
         "Mean over seeds [95% percentile-bootstrap interval of the mean: 2000 resamples of the seeds, "
         "generator seed 0, `constrained_grpo.eval.stats.stratified_bootstrap_ci` with one stratum]. "
         "Tail = last 20% of iterations; criterion = every tail cost ≤ 1.1·limit and tail return ≥ 0.9·R*. "
-        "Multiplier metrics from `eval.metrics.multiplier_stability`; effective weights as logged (`eff_w_*`).",
+        "The criterion is scored twice: on the average iterate (the training tail, an average over policies) and "
+        "on the last iterate (the final policy, evaluated on sampled episodes): a Lagrangian method can meet its "
+        "limits on average while its final policy violates them. "
+        "Multiplier metrics from `eval.stability.multiplier_stability`; effective weights as logged (`eff_w_*`).",
         "",
         "| metric | " + " | ".join(f"`{a}`" for a in algos) + " |",
         "|---|" + "---|" * len(algos),
@@ -759,7 +800,8 @@ def analyze(
     rows = []
     for r in runs:
         row = {"algo": r.algo, "seed": r.seed, "env_id": r.env_id, "complete": r.complete,
-               **run_row(r.progress, constraints, r.optimum)}
+               **run_row(r.progress, constraints, r.optimum),
+               **last_iterate_row(r.summary_row, constraints, r.optimum)}
         if "passed" in r.summary_row and str(r.summary_row["passed"]) != str(row["passed"]) and verbose:
             print(f"warning: {r.algo} seed {r.seed}: passed={row['passed']} here but {r.summary_row['passed']} "
                   "in summary.csv (a different tail or criterion?)")
@@ -802,7 +844,8 @@ def _print_headline(table: pd.DataFrame, summary: pd.DataFrame, constraints: Seq
     print(f"R* = {optimum}; mean over seeds [95% percentile-bootstrap CI]")
     for a in _algo_order(list(table["algo"].unique())):
         g = table[table["algo"] == a]
-        print(f"{a} ({len(g)} seeds, passed {int(g['passed'].sum())}/{len(g)}):")
+        print(f"{a} ({len(g)} seeds, passed {int(g['passed'].sum())}/{len(g)} on the average iterate, "
+              f"{int(g['final_passed'].sum())}/{len(g)} on the last iterate):")
         print(f"  tail return {cell(a, 'tail_return')}  gap to R* {cell(a, 'return_gap')}")
         for c in constraints:
             n = c.name

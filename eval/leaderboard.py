@@ -1,18 +1,30 @@
 """The leaderboard: per-task and aggregated rankings, as Markdown and static HTML.
 
-Ranking rule ("return subject to satisfaction"): on a task, an algorithm is
-*feasible* when, for every constraint, its mean over seeds of the normalised
-violation max(0, J_k - d_k)/d_k of the evaluation cost is at most ``tol``. Feasible
-algorithms come first, by IQM of evaluation return (highest first); infeasible ones
-follow, by their largest mean normalised violation (smallest first). Aggregated per
-suite (over the tasks with an exact optimum, whose returns can be normalised): number
-of tasks feasible (most first), then the mean of the per-task ranks (lowest first),
-then IQM of normalised return.
+Rules (docs/benchmark.md, "Ranking"):
 
-The output is a pure function of the long table and the task metadata: rows and
-columns are sorted, numbers are formatted to fixed decimals, the bootstrap has a
-fixed seed, and nothing depends on the time or the paths, so the same tables give
-byte-identical files.
+* **What is scored.** Each run's final policy, evaluated by the harness on the same
+  episodes as every other run of the task, sampling its actions (the primary evaluation;
+  the greedy policy and the training tail, the "average iterate", are reported beside it).
+* **Feasible.** A run is feasible when max_k max(0, J_k - d_k)/d_k <= ``tol`` for its
+  evaluated costs J_k. An algorithm's feasibility on a task is the fraction of its seeds
+  that are feasible, and P(feasible): the fraction of bootstrap resamples of its seeds in
+  which the mean normalised violation is at most ``tol``.
+* **Score.** ``metrics.constrained_score``: max(normalised return, 0) for a feasible run,
+  minus its violation for an infeasible one, so that no infeasible run outscores a
+  feasible run. Ranks, aggregates and P(X > Y) use the score.
+* **Ranks are shared unless separated.** On a task, algorithm A's rank is 1 + the number
+  of algorithms that are better than A with a 95% bootstrap interval of the difference in
+  mean score (paired by seed) that excludes 0. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
+  nothing is separated, and no interval is printed. No tie is broken by name.
+* **Comparable or not ranked.** Runs of a task are ranked together only when they share
+  the evaluation protocol (policies, episodes, reset seeds) and the budget (final env
+  steps within a factor ``BUDGET_RATIO``); the loader already refuses runs whose limits
+  differ. Otherwise the task's numbers are shown without ranks, with the difference named.
+
+The output is a pure function of the long table and the task metadata: rows and columns
+are sorted, means are summed exactly, floats written to ``runs.csv`` are rounded to
+``SIGNIFICANT_DIGITS`` significant digits, and the bootstrap has a fixed seed, so the
+same runs give byte-identical files on any machine.
 """
 
 from __future__ import annotations
@@ -20,32 +32,43 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 from constrained_grpo.eval import stats, storage
-from constrained_grpo.eval.loader import ResultsError, read_table_csv, validate_table
+from constrained_grpo.eval.loader import check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.metrics import run_metrics
 from constrained_grpo.eval.runner import TaskMeta
 
 __all__ = [
+    "BUDGET_RATIO",
     "DEFAULT_TOL",
     "Leaderboard",
+    "SIGNIFICANT_DIGITS",
     "Section",
     "build_leaderboard",
     "check_submission",
+    "comparability",
     "render_html",
     "render_markdown",
+    "shared_ranks",
     "write_leaderboard",
 ]
 
 #: Default tolerance on the normalised violation for "feasible".
 DEFAULT_TOL = 0.1
-_ALGO_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]*$")
+#: Runs whose final env steps differ by more than this factor had different budgets.
+BUDGET_RATIO = 1.25
+#: Significant digits of the floats in ``runs.csv``.
+SIGNIFICANT_DIGITS = 10
+#: Stability classes from best to worst (``constrained_grpo.eval.stability``).
+_CLASS_ORDER = ("settled", "bounded oscillation", "diverging", "at bound")
 
 
 @dataclass(frozen=True)
@@ -65,8 +88,9 @@ class Leaderboard:
     Attributes:
         runs: one row of metrics per run (``metrics.run_metrics``).
         sections: the tables, in page order.
-        per_task: per task, the algorithms' numbers in rank order.
+        per_task: per ranked task, the algorithms' numbers in rank order.
         overall: per suite, the aggregated numbers in rank order.
+        not_ranked: per task that could not be ranked, the reasons.
     """
 
     runs: pd.DataFrame
@@ -74,95 +98,346 @@ class Leaderboard:
     per_task: dict[str, pd.DataFrame] = field(default_factory=dict)
     overall: dict[str, pd.DataFrame] = field(default_factory=dict)
     preamble: tuple[str, ...] = ()
+    not_ranked: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _num(x: float, digits: int = 3) -> str:
+# ------------------------------------------------------------------------------ formatting
+
+
+def _num(x: float | None, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "—"
     text = f"{x:.{digits}f}"
     return "0." + "0" * digits if text == "-0." + "0" * digits else text
 
 
-def _ci(point: float, lo: float, hi: float, digits: int = 3) -> str:
+def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3) -> str:
+    """``point [lo, hi]``; no interval below MIN_SEEDS_FOR_CI; a zero-width one flagged."""
     if not math.isfinite(point):
         return "—"
-    return f"{_num(point, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+    if n < stats.MIN_SEEDS_FOR_CI:
+        return f"{_num(point, digits)} (n={n}: no CI)"
+    text = f"{_num(point, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
+    return text + " (identical seeds)" if lo == hi else text
 
 
 def _limit(x: float) -> str:
     return f"{x:g}"
 
 
-def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: int) -> pd.DataFrame:
-    """Numbers of each algorithm on one task, in rank order."""
+def _frac(k: int, n: int) -> str:
+    return f"{k}/{n}"
+
+
+def _rank_cell(rank: float, shared: bool) -> str:
+    text = f"{rank:g}"
+    return text + "=" if shared else text
+
+
+# -------------------------------------------------------------------------------- ranking
+
+
+def _iqm(x: np.ndarray) -> float:
+    return float(stats.iqm(x))
+
+
+def _round_key(x: float) -> float:
+    # Equal scores computed along different paths may differ in the last bits: compare
+    # point estimates at 12 significant digits, so that equal results tie exactly.
+    return float(f"{x:.12g}") if math.isfinite(x) else x
+
+
+def shared_ranks(
+    samples: Mapping[str, np.ndarray],
+    seeds: Mapping[str, Sequence[int]] | None = None,
+    *,
+    reps: int = stats.BOOTSTRAP_REPS,
+    seed: int = stats.BOOTSTRAP_SEED,
+) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], tuple[float, float, float]]]:
+    """Ranks of algorithms from per-seed scores (higher is better).
+
+    Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a},
+    where b is separated above a when both have >= MIN_SEEDS_FOR_CI seeds and the 95%
+    bootstrap interval of mean(b) - mean(a) lies above 0 (paired by seed when both ran the
+    same seeds); ``average_rank[a]`` is the fractional rank of the IQM point estimates,
+    exact ties sharing the average of their places (descriptive, for the suite mean);
+    ``diff[(a, b)]`` is (mean(a) - mean(b), lo, hi) for every ordered pair that was tested.
+    """
+    algos = sorted(samples)
+    seeds = seeds or {}
+    diff: dict[tuple[str, str], tuple[float, float, float]] = {}
+    better: dict[str, int] = {a: 0 for a in algos}
+    for i, a in enumerate(algos):
+        for b in algos[i + 1:]:
+            x, y = np.asarray(samples[a], float), np.asarray(samples[b], float)
+            if min(x.size, y.size) < stats.MIN_SEEDS_FOR_CI:
+                continue
+            paired = seeds.get(a) is not None and list(seeds.get(a, [])) == list(seeds.get(b, []))
+            d, lo, hi = stats.difference_ci({"t": x}, {"t": y}, paired=paired, reps=reps, seed=seed)
+            diff[(a, b)] = (d, lo, hi)
+            diff[(b, a)] = (-d, -hi, -lo)
+            if lo > 0:
+                better[b] += 1
+            elif hi < 0:
+                better[a] += 1
+    points = np.array([_round_key(_iqm(np.asarray(samples[a], float))) for a in algos])
+    avg = rankdata(-points, method="average") if algos else np.array([])
+    return {a: 1 + better[a] for a in algos}, {a: float(r) for a, r in zip(algos, avg)}, diff
+
+
+def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:
+    d = diff.get((a, b))
+    return d is not None and (d[1] > 0 or d[2] < 0)
+
+
+# ------------------------------------------------------------------------- comparability
+
+
+def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+    """Per task of a ``run_metrics`` frame with two or more algorithms: why its runs cannot
+    be ranked together (empty when they can). Evaluation protocols must agree (policies,
+    episodes per policy, reset seeds recorded and equal) and budgets too (final env steps
+    within a factor BUDGET_RATIO of each other)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for task, g in runs.groupby("task", sort=True):
+        if g["algo"].nunique() < 2:
+            continue
+        reasons: list[str] = []
+
+        def per_algo(col: str, fmt=str) -> str:
+            vals = g.groupby("algo", sort=True)[col].agg(lambda v: sorted({fmt(x) for x in v}))
+            return "; ".join(f"{a}: {', '.join(v)}" for a, v in vals.items())
+
+        if g["eval_policies"].nunique() > 1:
+            reasons.append(f"evaluated policies differ ({per_algo('eval_policies')})")
+        if g["eval_episodes"].nunique() > 1:
+            reasons.append(f"evaluation episodes per policy differ ({per_algo('eval_episodes')})")
+        unknown = sorted(g.loc[g["eval_first_seed"].isna(), "algo"].unique())
+        if unknown:
+            reasons.append(
+                "the evaluation episodes' reset seeds are not recorded for " + ", ".join(unknown)
+                + " (runs evaluated by the agent itself, not paired with the others); rerun them with `cgrpo bench`"
+            )
+        elif g["eval_first_seed"].nunique() > 1:
+            reasons.append(f"evaluation reset seeds differ ({per_algo('eval_first_seed', lambda x: f'{int(x)}+i')})")
+        steps = g["env_steps"].to_numpy(dtype=float)
+        if steps.min() <= 0 or steps.max() / steps.min() > BUDGET_RATIO:
+            reasons.append(f"budgets differ (final env steps: {per_algo('env_steps', lambda x: f'{int(x):,}')})")
+        if reasons:
+            out[str(task)] = tuple(reasons)
+    return out
+
+
+# ---------------------------------------------------------------------------- per task
+
+
+def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: int, ranked: bool) -> pd.DataFrame:
+    """Numbers of each algorithm on one task; with ``ranked``, its shared ranks, in rank order."""
     names = meta.constraint_names
     out = []
+    samples: dict[str, np.ndarray] = {}
+    seeds: dict[str, list[int]] = {}
     for algo, g in runs.groupby("algo", sort=True):
-        row: dict[str, object] = {"algo": algo, "seeds": len(g)}
-        ret = g["eval_return"].to_numpy(dtype=float)
-        row["return"], row["return_lo"], row["return_hi"] = stats.stratified_bootstrap_ci([ret], stats.iqm, reps=reps, seed=seed)
+        g = g.sort_values("seed")
+        n = len(g)
+        samples[str(algo)] = g["score"].to_numpy(dtype=float)
+        seeds[str(algo)] = g["seed"].astype(int).tolist()
+        row: dict[str, object] = {"algo": algo, "seeds": n}
+        for col, key in (("score", "score"), ("eval_return", "return")):
+            x = g[col].to_numpy(dtype=float)
+            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], stats.iqm, reps=reps, seed=seed)
         norm = g["eval_return_norm"].to_numpy(dtype=float)
-        if np.isfinite(norm).all():
-            row["norm"], row["norm_lo"], row["norm_hi"] = stats.stratified_bootstrap_ci([norm], stats.iqm, reps=reps, seed=seed)
-        else:
-            row["norm"] = row["norm_lo"] = row["norm_hi"] = math.nan
-        row["final_return"] = float(g["final_return"].mean())
-        mean_viol = []
+        row["norm"] = _iqm(norm) if np.isfinite(norm).all() else math.nan
+        row["feasible_seeds"] = int(g["feasible"].sum())
+        viol = g["violation"].to_numpy(dtype=float)
+        row["p_feasible"] = stats.bootstrap_probability(viol, lambda r: r.mean(axis=1) <= tol, reps=reps, seed=seed)
+        row["verdict"] = "yes" if row["p_feasible"] >= 0.95 else ("no" if row["p_feasible"] <= 0.05 else "uncertain")
         for k in names:
-            row[f"cost_{k}"] = float(g[f"eval_cost_{k}"].mean())
-            row[f"within_{k}"] = float(g[f"within_{k}"].mean())
-            row[f"violation_{k}"] = float(g[f"violation_{k}"].mean())
-            mean_viol.append(row[f"violation_{k}"])
-        row["violation"] = max(mean_viol) if mean_viol else 0.0
-        row["feasible"] = bool(row["violation"] <= tol)  # type: ignore[operator]
-        row["train_violation"] = float(np.mean([g[f"train_violation_{k}"].mean() for k in names])) if names else 0.0
+            row[f"cost_{k}"] = float(np.mean(g[f"eval_cost_{k}"]))
+            row[f"within_{k}"] = float(np.mean(g[f"within_{k}"]))
+            row[f"violation_{k}"] = float(np.mean(g[f"violation_{k}"]))
+        row["greedy_return"] = float(np.mean(g["greedy_return"]))
+        row["greedy_feasible_seeds"] = int(g["greedy_feasible"].sum()) if g["greedy_return"].notna().all() else -1
+        row["tail_return"] = float(np.mean(g["final_return"]))
+        row["tail_feasible_seeds"] = int(g["tail_feasible"].sum())
         stab = g["stability"].to_numpy(dtype=float)
         if np.isfinite(stab).all():
-            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], np.mean, reps=reps, seed=seed)
-            row["drift"] = float(g[[f"drift_{k}" for k in names]].max(axis=1).mean())
-            row["osc"] = float(g[[f"osc_{k}" for k in names]].sum(axis=1).mean())
-            row["settling"] = float(g[[f"settling_{k}" for k in names]].max(axis=1).mean())
+            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
+            counts = Counter(str(c) for c in g["stability_class"])
+            top = max(counts.values())
+            worst = max((c for c, k in counts.items() if k == top), key=lambda c: _CLASS_ORDER.index(c) if c in _CLASS_ORDER else len(_CLASS_ORDER))
+            row["stability_class"] = f"{worst} {top}/{n}"
         else:
-            for col in ("stability", "stability_lo", "stability_hi", "drift", "osc", "settling"):
-                row[col] = math.nan
+            row["stability"] = row["stability_lo"] = row["stability_hi"] = math.nan
+            row["stability_class"] = ""
+        track = [g[f"tracking_{k}"].to_numpy(dtype=float) for k in names if f"tracking_{k}" in g]
+        track_vals = np.concatenate(track) if track else np.array([])
+        track_vals = track_vals[np.isfinite(track_vals)]
+        row["tracking"] = float(np.mean(track_vals)) if track_vals.size else math.nan
+        dist = g["lambda_dist"].to_numpy(dtype=float) if "lambda_dist" in g else np.array([math.nan])
+        row["lambda_dist"] = float(np.mean(dist)) if np.isfinite(dist).all() else math.nan
         out.append(row)
     df = pd.DataFrame(out)
-    # Feasible first by return (high first); then infeasible by violation (small first).
-    df["_f"] = ~df["feasible"]
-    df["_key"] = np.where(df["feasible"], -df["return"], df["violation"])
-    df["_tie"] = -df["return"]
-    df = df.sort_values(["_f", "_key", "_tie", "algo"], kind="mergesort").drop(columns=["_f", "_key", "_tie"])
-    df.insert(0, "rank", np.arange(1, len(df) + 1))
-    return df.reset_index(drop=True)
+    if ranked:
+        rank, avg, diff = shared_ranks(samples, seeds, reps=reps, seed=seed)
+        df["rank"] = df["algo"].map(rank)
+        df["avg_rank"] = df["algo"].map(avg)
+        df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
+        df["not_separated"] = [
+            ", ".join(b for b in sorted(samples) if b != a and not _separated(diff, a, b)) for a in df["algo"]
+        ]
+        df["_point"] = -df["score"].map(_round_key)
+        df = df.sort_values(["rank", "_point", "algo"], kind="mergesort").drop(columns="_point")
+    else:
+        df["rank"] = math.nan
+        df["avg_rank"] = math.nan
+        df["shared"] = False
+        df["not_separated"] = ""
+    cols = ["rank", "avg_rank", "shared", *[c for c in df.columns if c not in ("rank", "avg_rank", "shared")]]
+    return df[cols].reset_index(drop=True)
+
+
+def _task_section(task: str, df: pd.DataFrame, meta: TaskMeta, reasons: Sequence[str], tol: float) -> Section:
+    names = meta.constraint_names
+    header = ["rank", "algo", "seeds", "feasible seeds", "P(feasible)", "score IQM [95% CI]", "return IQM [95% CI]",
+              "norm. return"]
+    for c in meta.constraints:
+        header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
+    header += ["greedy return", "greedy feasible", "avg-iterate return", "avg-iterate feasible",
+               "λ stability [95% CI]", "λ class", "cost tracking", "‖λ-λ*‖", "not separated from"]
+    rows = []
+    for r in df.to_dict("records"):
+        n = int(r["seeds"])
+        rank = "—" if not math.isfinite(float(r["rank"])) else _rank_cell(float(r["rank"]), bool(r["shared"]))
+        cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _num(r["p_feasible"], 2),
+                 _ci(r["score"], r["score_lo"], r["score_hi"], n), _ci(r["return"], r["return_lo"], r["return_hi"], n),
+                 _num(r["norm"])]
+        for k in names:
+            cells += [_num(r[f"cost_{k}"]), _num(r[f"within_{k}"], 2), _num(r[f"violation_{k}"])]
+        greedy = "—" if int(r["greedy_feasible_seeds"]) < 0 else _frac(int(r["greedy_feasible_seeds"]), n)
+        cells += [_num(r["greedy_return"]), greedy, _num(r["tail_return"]), _frac(int(r["tail_feasible_seeds"]), n),
+                  _ci(r["stability"], r["stability_lo"], r["stability_hi"], n), str(r["stability_class"]) or "—",
+                  _num(r["tracking"]), _num(r["lambda_dist"]), str(r["not_separated"]) or "—"]
+        rows.append(tuple(cells))
+    notes = [f"Suite {meta.suite}; constraints: " + ", ".join(f"{c.name} <= {_limit(c.limit)}" for c in meta.constraints) + "."]
+    if meta.optimum_return is not None:
+        mult = ", ".join(f"{n}={_num(m)}" for n, m in zip(names, meta.optimal_multipliers or ()))
+        notes.append(
+            f"Exact constrained optimum R* = {_num(meta.optimum_return, 4)} (unconstrained "
+            f"{_num(meta.unconstrained_return or math.nan, 4)}; optimal multipliers λ* {mult}); "
+            "normalised return = 1 - (R* - R)/|R*|."
+        )
+    if reasons:
+        notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
+    if not (df["feasible_seeds"] > 0).any():
+        notes.append(f"No algorithm is feasible on this task: no seed of any algorithm keeps every cost at most "
+                     f"{tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
+    if int(df["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
+        notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "
+                     "algorithm is separated from it (ranks shared).")
+    return Section(f"Task {task}", tuple(notes), tuple(header), tuple(rows))
+
+
+# ---------------------------------------------------------------------------- per suite
 
 
 def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Sequence[str], reps: int, seed: int) -> pd.DataFrame:
-    """Per algorithm over ``tasks`` (stratified by task), in rank order."""
+    """Per algorithm over ``tasks`` (stratified by task), with shared ranks, in rank order."""
     sub = runs[runs["task"].isin(tasks)]
-    agg = stats.aggregate(sub, "eval_return_norm", reps=reps, seed=seed).set_index("algo")
-    stab = stats.aggregate(sub, "stability", reps=reps, seed=seed).set_index("algo")
+    agg = stats.aggregate(sub, "score", reps=reps, seed=seed).set_index("algo")
+    by: dict[str, dict[str, np.ndarray]] = {}
     out = []
     for algo in sorted(sub["algo"].unique()):
         g = sub[sub["algo"] == algo]
-        feasible = sum(bool(per_task[t].set_index("algo").loc[algo, "feasible"]) for t in tasks if algo in set(per_task[t]["algo"]))
+        by[algo] = {t: gt.sort_values("seed")["score"].to_numpy(dtype=float) for t, gt in g.groupby("task", sort=True)}
+        min_n = min(len(v) for v in by[algo].values())
         out.append({
             "algo": algo,
             "tasks": g["task"].nunique(),
             "runs": len(g),
-            "feasible_tasks": feasible,
+            "min_seeds": min_n,
+            "feasible_runs": int(g["feasible"].sum()),
+            "tail_feasible_runs": int(g["tail_feasible"].sum()),
             "iqm": agg.loc[algo, "iqm"], "iqm_lo": agg.loc[algo, "iqm_lo"], "iqm_hi": agg.loc[algo, "iqm_hi"],
             "mean": agg.loc[algo, "mean"], "mean_lo": agg.loc[algo, "mean_lo"], "mean_hi": agg.loc[algo, "mean_hi"],
-            "satisfied_runs": float(g["satisfied"].mean()),
-            "violation": float(g["violation"].mean()),
-            "stability": stab.loc[algo, "iqm"], "stability_lo": stab.loc[algo, "iqm_lo"], "stability_hi": stab.loc[algo, "iqm_hi"],
-            "mean_rank": float(np.mean([per_task[t].set_index("algo").loc[algo, "rank"] for t in tasks if algo in set(per_task[t]["algo"])])),
+            "mean_rank": float(np.mean([per_task[t].set_index("algo").loc[algo, "avg_rank"] for t in tasks if algo in set(per_task[t]["algo"])])),
         })
     df = pd.DataFrame(out)
-    df["_iqm"] = -df["iqm"]
-    df["_feas"] = -df["feasible_tasks"]
-    df = df.sort_values(["_feas", "mean_rank", "_iqm", "algo"], kind="mergesort").drop(columns=["_feas", "_iqm"])
-    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    # Separation over the suite: the stratified bootstrap of the difference in mean score,
+    # among algorithms that ran every task with enough seeds.
+    full = [a for a in df["algo"] if len(by[a]) == len(tasks)]
+    better = {a: 0 for a in df["algo"]}
+    diff: dict[tuple[str, str], tuple[float, float, float]] = {}
+    for i, a in enumerate(full):
+        for b in full[i + 1:]:
+            if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) < stats.MIN_SEEDS_FOR_CI:
+                continue
+            d, lo, hi = stats.difference_ci(by[a], by[b], paired=False, reps=reps, seed=seed)
+            diff[(a, b)], diff[(b, a)] = (d, lo, hi), (-d, -hi, -lo)
+            if lo > 0:
+                better[b] += 1
+            elif hi < 0:
+                better[a] += 1
+    df["rank"] = [1 + better[a] if a in full else math.nan for a in df["algo"]]
+    df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
+    df["not_separated"] = [", ".join(b for b in full if b != a and not _separated(diff, a, b)) if a in full else "" for a in df["algo"]]
+    df["_point"] = -df["iqm"].map(_round_key)
+    df = df.sort_values(["rank", "_point", "algo"], kind="mergesort", na_position="last").drop(columns="_point")
     return df.reset_index(drop=True)
+
+
+def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Mapping[str, TaskMeta],
+                    not_ranked: Mapping[str, Sequence[str]], reps: int, seed: int) -> tuple[list[Section], pd.DataFrame | None]:
+    suite_tasks = sorted(runs.loc[runs["suite"] == suite, "task"].unique())
+    with_opt = [t for t in suite_tasks if tasks[t].optimum_return is not None and t not in not_ranked]
+    left = [t for t in suite_tasks if t not in with_opt]
+    if not with_opt:
+        return [Section(f"Suite {suite}: aggregate", (
+            "No ranked task of this suite has an exact optimum, so scores cannot be normalised across tasks; "
+            "see the per-task tables.",), (), ())], None
+    df = _overall(runs, per_task, with_opt, reps, seed)
+    header = ("rank", "algo", "tasks", "runs", "feasible runs", "score IQM [95% CI]", "score mean [95% CI]",
+              "mean task rank", "avg-iterate feasible runs", "not separated from")
+    rows = []
+    for r in df.to_dict("records"):
+        n = int(r["min_seeds"])
+        rank = "—" if not math.isfinite(float(r["rank"])) else _rank_cell(float(r["rank"]), bool(r["shared"]))
+        rows.append((rank, str(r["algo"]), str(r["tasks"]), str(r["runs"]), _frac(int(r["feasible_runs"]), int(r["runs"])),
+                     _ci(r["iqm"], r["iqm_lo"], r["iqm_hi"], n), _ci(r["mean"], r["mean_lo"], r["mean_hi"], n),
+                     _num(r["mean_rank"], 2), _frac(int(r["tail_feasible_runs"]), int(r["runs"])),
+                     str(r["not_separated"]) or "—"))
+    notes = [f"Over {len(with_opt)} task(s): " + ", ".join(with_opt) + "."]
+    if left:
+        notes.append("Left out (no exact optimum to normalise by, or not ranked): " + ", ".join(left) + ".")
+    partial = sorted(a for a in df["algo"] if int(df.set_index("algo").loc[a, "tasks"]) < len(with_opt))
+    if partial:
+        notes.append("Not ranked in the aggregate (did not run every task): " + ", ".join(partial) + ".")
+    sections = [Section(f"Suite {suite}: aggregate", tuple(notes), header, tuple(rows))]
+
+    order = [a for a in df["algo"] if int(df.set_index("algo").loc[a, "tasks"]) == len(with_opt)]
+    if len(order) >= 2:
+        scores = {a: {t: g.sort_values("seed")["score"].to_numpy(dtype=float)
+                      for t, g in runs[(runs["algo"] == a) & runs["task"].isin(with_opt)].groupby("task", sort=True)}
+                  for a in order}
+        min_n = min(len(v) for a in order for v in scores[a].values())
+        poi_rows = []
+        for a in order:
+            cells = [a]
+            for b in order:
+                if a == b:
+                    cells.append("—")
+                elif min_n < stats.MIN_SEEDS_FOR_CI:
+                    cells.append(_num(stats.probability_of_improvement(scores[a], scores[b]), 2))
+                else:
+                    cells.append(_ci(*stats.probability_of_improvement_ci(scores[a], scores[b], reps=reps, seed=seed), n=min_n, digits=2))
+            poi_rows.append(tuple(cells))
+        note = "P(row > column) of the constraint-aware score, averaged over tasks"
+        note += " (no intervals: fewer than 5 seeds per task)." if min_n < stats.MIN_SEEDS_FOR_CI else ", with 95% CI (rliable)."
+        sections.append(Section(f"Suite {suite}: probability of improvement", (note,), ("algo", *order), tuple(poi_rows)))
+    return sections, df
+
+
+# --------------------------------------------------------------------------------- build
 
 
 def build_leaderboard(
@@ -172,117 +447,77 @@ def build_leaderboard(
     tol: float = DEFAULT_TOL,
     reps: int = stats.BOOTSTRAP_REPS,
     seed: int = stats.BOOTSTRAP_SEED,
+    lambda_in_reward_units: Mapping[str, bool] | None = None,
+    lambda_max: Mapping[str, float] | None = None,
 ) -> Leaderboard:
-    """Metrics, rankings and the page's sections from a long table."""
-    runs = run_metrics(table, tasks, tol=tol)
+    """Metrics, shared rankings and the page's sections from a long table.
+
+    ``lambda_in_reward_units`` and ``lambda_max`` (per algorithm, as its runs record them,
+    ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class."""
+    if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
+    runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max)
+    reasons_by_task = comparability(runs)
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs['algo'].nunique()} algorithm(s).",
-        f"Ranking: feasible algorithms first (mean normalised violation max(0, J - d)/d of the evaluation cost "
-        f"<= {tol:g} for every constraint), by IQM of the deterministic-evaluation return; then the infeasible "
-        "ones by their largest violation.",
-        "Aggregate per suite (tasks with an exact optimum): most tasks feasible first, then the mean per-task rank, "
-        "then IQM of the normalised return 1 - (R* - R)/|R*|.",
-        f"Intervals: 95% percentile stratified bootstrap ({reps} replicates, seed {seed}) over seeds, "
-        "stratified by task in the aggregates (rliable).",
-        "Stability: 1/(1 + 2 |drift| R^2 (1 + [climbing while violated]) + CV) of each multiplier over the second "
-        "half of training, worst multiplier per run (1 = constant; see constrained_grpo.eval.metrics). "
-        "drift: relative change along the trend; osc.: reversals of the multipliers; settling: fraction of training "
-        "before the multiplier stays within 10% of its final value.",
+        "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
+        "algorithm of a task, sampling its actions (the primary evaluation); its greedy (mode) policy and the "
+        "average iterate (the last 20% of training iterations) are reported beside it.",
+        f"Feasible run: max_k max(0, J_k - d_k)/d_k <= {tol:g} for the evaluated costs. Feasible seeds: how many "
+        "of an algorithm's seeds are feasible; P(feasible): the share of bootstrap resamples of its seeds whose "
+        "mean violation is within the tolerance.",
+        "Score per run: max(normalised return, 0) if feasible (normalised return 1 - (R* - R)/|R*| where the "
+        "task has an exact optimum R*, the return otherwise), else minus its largest normalised violation: an "
+        "infeasible run never scores above a feasible one. Ranks, aggregates and P(X > Y) use the score.",
+        f"Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher with "
+        f"a 95% bootstrap interval of the difference (paired by seed) excluding 0; '=' marks a shared rank. With "
+        f"fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing is separated.",
+        f"Intervals: 95% percentile bootstrap over seeds ({reps} replicates, seed {seed}), stratified by task in "
+        "the aggregates (rliable); '(identical seeds)' marks a zero-width interval.",
+        "λ stability: 1 best (see constrained_grpo.eval.stability and docs/benchmark.md); its class is the most "
+        "common over seeds. Cost tracking: mean |J_t - d|/d over the second half of training where the constraint "
+        "is active. ‖λ-λ*‖: distance of the final multipliers to the LP's optimal duals, for algorithms whose λ "
+        "is in reward units.",
     )
     sections: list[Section] = []
     per_task: dict[str, pd.DataFrame] = {}
     for task in sorted(runs["task"].unique()):
         meta = tasks[task]
-        df = _per_task(runs[runs["task"] == task], meta, tol, reps, seed)
-        per_task[task] = df
-        header = ["rank", "algo", "seeds", "feasible", "return IQM [95% CI]", "norm. return IQM [95% CI]", "final train return"]
-        for c in meta.constraints:
-            header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
-        header += ["train viol.", "stability [95% CI]", "drift", "osc.", "settling"]
-        rows = []
-        for r in df.to_dict("records"):
-            cells = [str(r["rank"]), str(r["algo"]), str(r["seeds"]), "yes" if r["feasible"] else "no",
-                     _ci(r["return"], r["return_lo"], r["return_hi"]), _ci(r["norm"], r["norm_lo"], r["norm_hi"]),
-                     _num(r["final_return"])]
-            for k in meta.constraint_names:
-                cells += [_num(r[f"cost_{k}"]), _num(r[f"within_{k}"], 2), _num(r[f"violation_{k}"])]
-            cells += [_num(r["train_violation"]), _ci(r["stability"], r["stability_lo"], r["stability_hi"]),
-                      _num(r["drift"]), _num(r["osc"], 1), _num(r["settling"], 2)]
-            rows.append(tuple(cells))
-        notes = [f"Suite {meta.suite}; constraints: " + ", ".join(f"{c.name} <= {_limit(c.limit)}" for c in meta.constraints) + "."]
-        if meta.optimum_return is not None:
-            mult = ", ".join(f"{n}={_num(m)}" for n, m in zip(meta.constraint_names, meta.optimal_multipliers or ()))
-            notes.append(
-                f"Exact constrained optimum R* = {_num(meta.optimum_return, 4)} (unconstrained "
-                f"{_num(meta.unconstrained_return or math.nan, 4)}; optimal multipliers {mult}); "
-                "normalised return = 1 - (R* - R)/|R*|."
-            )
-        sections.append(Section(f"Task {task}", tuple(notes), tuple(header), tuple(rows)))
-
+        reasons = reasons_by_task.get(task, ())
+        df = _per_task(runs[runs["task"] == task], meta, tol, reps, seed, ranked=not reasons)
+        if not reasons:
+            per_task[task] = df
+        sections.append(_task_section(task, df, meta, reasons, tol))
     overall: dict[str, pd.DataFrame] = {}
     for suite in sorted(runs["suite"].unique()):
-        suite_tasks = sorted(runs.loc[runs["suite"] == suite, "task"].unique())
-        with_opt = [t for t in suite_tasks if tasks[t].optimum_return is not None]
-        without = [t for t in suite_tasks if t not in with_opt]
-        if not with_opt:
-            sections.append(Section(f"Suite {suite}: aggregate", (
-                "No task of this suite has an exact optimum, so returns cannot be normalised across tasks; "
-                "see the per-task tables.",), (), ()))
-            continue
-        df = _overall(runs, per_task, with_opt, reps, seed)
-        overall[suite] = df
-        header = ("rank", "algo", "tasks", "runs", "feasible tasks", "mean task rank", "norm. return IQM [95% CI]",
-                  "norm. return mean [95% CI]", "runs satisfied", "mean viol.", "stability IQM [95% CI]")
-        rows = [
-            (str(r["rank"]), str(r["algo"]), str(r["tasks"]), str(r["runs"]), f"{r['feasible_tasks']}/{r['tasks']}",
-             _num(r["mean_rank"], 2),
-             _ci(r["iqm"], r["iqm_lo"], r["iqm_hi"]), _ci(r["mean"], r["mean_lo"], r["mean_hi"]),
-             _num(r["satisfied_runs"], 2), _num(r["violation"]), _ci(r["stability"], r["stability_lo"], r["stability_hi"]))
-            for r in df.to_dict("records")
-        ]
-        notes = [f"Over {len(with_opt)} task(s): " + ", ".join(with_opt) + "."]
-        if without:
-            notes.append("Left out (no exact optimum to normalise by): " + ", ".join(without) + ".")
-        sections.append(Section(f"Suite {suite}: aggregate", tuple(notes), header, tuple(rows)))
+        secs, df = _suite_sections(suite, runs, per_task, tasks, reasons_by_task, reps, seed)
+        sections += secs
+        if df is not None:
+            overall[suite] = df
+    return Leaderboard(runs, tuple(sections), per_task, overall, preamble, dict(reasons_by_task))
 
-        order = list(df["algo"])
-        if len(order) < 2:
-            continue
-        scores = {
-            a: {t: g["eval_return_norm"].to_numpy(dtype=float) for t, g in runs[(runs["algo"] == a) & runs["task"].isin(with_opt)].groupby("task", sort=True)}
-            for a in order
-        }
-        poi_rows = []
-        for a in order:
-            cells = [a]
-            for b in order:
-                if a == b:
-                    cells.append("—")
-                else:
-                    cells.append(_ci(*stats.probability_of_improvement_ci(scores[a], scores[b], reps=reps, seed=seed), digits=2))
-            poi_rows.append(tuple(cells))
-        sections.append(Section(
-            f"Suite {suite}: probability of improvement",
-            ("P(row > column) of the normalised evaluation return, averaged over tasks, with 95% CI (rliable).",),
-            ("algo", *order),
-            tuple(poi_rows),
-        ))
-    return Leaderboard(runs, tuple(sections), per_task, overall, preamble)
+
+# ------------------------------------------------------------------------------- render
+
+
+_TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def _md_cell(text: str) -> str:
-    return text.replace("|", "\\|")
+    # Strings reaching a cell were validated by the loader; still escape what Markdown or
+    # an HTML renderer of it would read as structure: a column bar, a tag, a line break.
+    return _TAG_START.sub("&lt;", text.replace("&", "&amp;")).replace("|", "\\|").replace("\n", " ")
 
 
 def render_markdown(lb: Leaderboard) -> str:
     """The leaderboard as GitHub Markdown."""
     lines = ["# constrained-grpo leaderboard", ""]
-    lines += [f"- {p}" for p in lb.preamble]
+    lines += [f"- {_md_cell(p)}" for p in lb.preamble]
     lines.append("")
     for s in lb.sections:
-        lines += [f"## {s.title}", ""]
+        lines += [f"## {_md_cell(s.title)}", ""]
         for note in s.notes:
-            lines += [note, ""]
+            lines += [_md_cell(note), ""]
         if s.header:
             lines.append("| " + " | ".join(_md_cell(h) for h in s.header) + " |")
             lines.append("|" + "|".join("---" for _ in s.header) + "|")
@@ -312,13 +547,19 @@ def render_html(lb: Leaderboard) -> str:
         if not s.header:
             continue
         out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr></thead><tbody>")
-        feas_col = s.header.index("feasible") if "feasible" in s.header else None
+        feas_col = s.header.index("feasible seeds") if "feasible seeds" in s.header else None
         for row in s.rows:
-            cls = ' class="infeasible"' if feas_col is not None and row[feas_col] == "no" else ""
+            cls = ' class="infeasible"' if feas_col is not None and row[feas_col].startswith("0/") else ""
             out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
         out.append("</tbody></table>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def _rounded_csv(df: pd.DataFrame) -> str:
+    """CSV with every float at SIGNIFICANT_DIGITS significant digits and string cells that
+    a spreadsheet would run as a formula neutralised (``loader.escape_csv_formulas``)."""
+    return escape_csv_formulas(df).to_csv(index=False, lineterminator="\n", float_format=f"%.{SIGNIFICANT_DIGITS}g")
 
 
 def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame | None = None) -> list[Path]:
@@ -328,22 +569,17 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv"]
     storage.atomic_write_text(paths[0], render_markdown(lb))
     storage.atomic_write_text(paths[1], render_html(lb))
-    storage.atomic_write_text(paths[2], lb.runs.to_csv(index=False, lineterminator="\n"))
+    storage.atomic_write_text(paths[2], _rounded_csv(lb.runs))
     if table is not None:
         paths.append(out / "results.csv")
-        storage.atomic_write_text(paths[3], table.to_csv(index=False, lineterminator="\n"))
+        storage.atomic_write_text(paths[3], _rounded_csv(table))
     return paths
 
 
-def check_submission(path: str | Path, tasks: Mapping[str, TaskMeta] | None = None) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
-    """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError`` with the reason.
-
-    Beyond the long-table checks (``loader.validate_table``): algorithm names match
-    ``[A-Za-z0-9][A-Za-z0-9._:+-]*``, and tasks are registered (or in ``tasks``).
-    """
-    table = read_table_csv(path)
-    if "algo" in table.columns:
-        for name in sorted(set(table["algo"].dropna().astype(str))):
-            if not _ALGO_NAME.match(name):
-                raise ResultsError(f"{path}: algorithm name {name!r} must match [A-Za-z0-9][A-Za-z0-9._:+-]*")
-    return validate_table(table, tasks, source=str(path))
+def check_submission(
+    path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None
+) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
+    """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError``
+    with the reason. The one rule set of ``--check`` and ``--add``:
+    ``loader.check_submission_table``."""
+    return check_submission_table(path, tasks, existing)

@@ -11,7 +11,12 @@ task            str      task id
 algo            str      algorithm name
 seed            int      run seed
 kind            str      ``train`` or ``eval``
-iteration       int      training iteration (train) or evaluation episode index (eval), from 0
+policy          str      eval rows: ``sampled`` (actions sampled from the final policy: the primary
+                         evaluation) or ``deterministic`` (its mode); empty on train rows. A table
+                         without the column has deterministic eval rows only
+iteration       int      training iteration (train) or evaluation episode index (eval, per policy), from 0
+reset_seed      int      eval rows: the episode's ``reset(seed=...)``, the same for every run of a
+                         task (harness-owned evaluation); empty when unknown and on train rows
 env_steps       int      env steps so far (train); the run's final env steps (eval)
 wall_s          float    seconds since training started (train); empty for eval rows
 return          float    mean episodic return of the iteration (train; empty if the iteration
@@ -31,9 +36,11 @@ keeps it). The same schema is the submission format (docs/leaderboard_schema.md)
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,11 +53,17 @@ from constrained_grpo.eval import storage
 from constrained_grpo.eval.runner import CONFIG_SCHEMA, TaskMeta, task_meta
 
 __all__ = [
+    "ALGO_NAME",
     "CORE_COLUMNS",
     "REQUIRED_COLUMNS",
     "Results",
     "ResultsError",
+    "check_submission_table",
+    "episode_ranges",
+    "escape_csv_formulas",
+    "escape_markdown",
     "find_runs",
+    "algo_properties",
     "load_results",
     "load_run",
     "read_table_csv",
@@ -59,14 +72,30 @@ __all__ = [
 
 #: Fixed leading columns of the long table, in order.
 CORE_COLUMNS: tuple[str, ...] = (
-    "suite", "task", "algo", "seed", "kind", "iteration", "env_steps", "wall_s", "return", "length",
+    "suite", "task", "algo", "seed", "kind", "policy", "iteration", "reset_seed", "env_steps", "wall_s", "return",
+    "length",
 )
+#: Values of ``policy`` on eval rows (``constrained_grpo.eval.runner.EVAL_POLICIES``).
+POLICIES: tuple[str, ...] = ("sampled", "deterministic")
 #: Columns every long table must have (plus ``cost_<name>`` of each task's constraints).
 REQUIRED_COLUMNS: tuple[str, ...] = ("suite", "task", "algo", "seed", "kind", "iteration", "env_steps", "return")
 _STR_COLUMNS = ("suite", "task", "algo", "kind")
 _INT_COLUMNS = ("seed", "iteration", "env_steps")
-_PATTERN_COLUMN = re.compile(r"^(cost|lambda|eff_w)_[A-Za-z0-9_]+$")
+_PATTERN_COLUMN = re.compile(r"(cost|lambda|eff_w)_[A-Za-z0-9_]+")
 _KINDS = ("train", "eval")
+#: An algorithm name: a registered name or a dotted path ``pkg.mod:factory`` (matched whole).
+ALGO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")
+#: The form of every string column (matched whole, with ``fullmatch``): nothing a
+#: Markdown table, HTML page or spreadsheet could read as markup, a formula or a new line.
+_STRING_FORMS: dict[str, re.Pattern[str]] = {
+    "suite": re.compile(r"[a-z0-9][a-z0-9_-]*"),
+    "task": re.compile(r"[A-Za-z0-9][A-Za-z0-9._/:+-]*"),
+    "algo": ALGO_NAME,
+    "kind": re.compile(r"train|eval"),
+}
+_MAX_STRING = 200
+#: Integer columns are int64 in the table; a value at or above 2^63 would wrap.
+_INT_LIMIT = 2**63
 
 
 class ResultsError(ValueError):
@@ -158,13 +187,17 @@ def _check_numeric(df: pd.DataFrame, columns: Iterable[str], where: str, *, allo
 
 
 def _check_integral(df: pd.DataFrame, columns: Iterable[str], where: str) -> None:
+    """Each column must hold integers in [0, 2^63) (int64 without wrapping)."""
     for col in columns:
         values = df[col].to_numpy(dtype=float)
-        bad = (values != np.round(values)) | (values < 0)
+        bad = (values != np.round(values)) | (values < 0) | (values >= float(_INT_LIMIT))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ResultsError(f"{where}: column {col!r} must hold integers >= 0; row {i} has {values[i]!r}")
-        df[col] = values.astype(np.int64)
+            raise ResultsError(
+                f"{where}: column {col!r} must hold integers in [0, 2^63); row {i} has {df[col].iloc[i]!r}"
+            )
+        exact = df[col].to_numpy()
+        df[col] = exact.astype(np.int64) if np.issubdtype(exact.dtype, np.integer) else values.astype(np.int64)
 
 
 def _known_algos() -> set[str]:
@@ -174,24 +207,158 @@ def _known_algos() -> set[str]:
 
 
 def _check_algo(name: Any, where: str, known: Collection[str] | None) -> str:
+    """A well-formed algorithm name, registered (when ``known`` is given) or a dotted path.
+
+    A dotted path ``pkg.mod:factory`` is accepted by its form alone: reading results
+    never imports anything, whatever a results folder names.
+    """
     if not isinstance(name, str) or not name:
         raise ResultsError(f"{where}: algorithm name must be a non-empty string, got {name!r}")
-    if known is None:
+    if len(name) > _MAX_STRING or not ALGO_NAME.fullmatch(name):
+        raise ResultsError(
+            f"{where}: algorithm name {name!r} must match [A-Za-z0-9][A-Za-z0-9._:+-]* "
+            f"(at most {_MAX_STRING} characters); rename it"
+        )
+    if known is None or name in known or ":" in name:
         return name
-    if name in known:
-        return name
-    if ":" in name:  # a dotted path is an algorithm if it imports
-        from constrained_grpo.registry import load_entry_point
-
-        try:
-            load_entry_point(name)
-            return name
-        except (ImportError, ValueError) as err:
-            raise ResultsError(f"{where}: algorithm {name!r} cannot be imported ({err})") from None
     raise ResultsError(
         f"{where}: unknown algorithm {name!r}; registered: {sorted(known)}. Register it "
         "(constrained_grpo.register_agent) before loading, or remove the run"
     )
+
+
+def _check_strings(df: pd.DataFrame, source: str) -> None:
+    """Every string column: non-empty text of the column's form, no control characters."""
+    for col, form in _STRING_FORMS.items():
+        for i, value in enumerate(df[col].tolist()):
+            if isinstance(value, str) and value and len(value) <= _MAX_STRING and form.fullmatch(value):
+                continue
+            if isinstance(value, str) and any(unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in value):
+                why = "control or line-break characters"
+            elif not isinstance(value, str) or not value:
+                why = "a non-empty string is required"
+            elif len(value) > _MAX_STRING:
+                why = f"longer than {_MAX_STRING} characters"
+            else:
+                why = f"it must match {form.pattern}"
+            raise ResultsError(f"{source}: column {col!r} row {i} has {value!r} ({why})")
+
+
+def _registered_family(task: str) -> str | None:
+    """The family of a task in the suite's table, None for a task outside it."""
+    try:
+        from constrained_grpo.envs import task_info
+
+        return task_info(task).family
+    except Exception:
+        return None
+
+
+@dataclass(frozen=True)
+class EpisodeRanges:
+    """Bounds that any single episode of a task satisfies (hence every mean of episodes).
+
+    Attributes:
+        ret: (low, high) of the episodic return, or None where the task declares none.
+        costs: constraint name -> (low, high) of its episodic cost.
+    """
+
+    ret: tuple[float, float] | None
+    costs: dict[str, tuple[float, float]]
+
+
+@functools.lru_cache(maxsize=None)
+def episode_ranges(task: str, constraints: tuple[Any, ...] | None = None) -> EpisodeRanges:
+    """Per-episode ranges of return and costs of ``task``.
+
+    Costs are >= 0 (Contract 1), and an indicator cost is 0 or 1 per episode. On a
+    gridworld (registered options), an episode of T <= max_steps steps earns
+    a goal_reward + b gem_reward - T step_penalty with a, b in {0, 1} (the goal ends the
+    episode; the gem pays once), so its return lies in
+    [min(0, goal) + min(0, gem) - max(p, p T_max), max(0, goal) + max(0, gem) - min(p, p T_max)]
+    with p = step_penalty, and each cost (at most 1 per step) in [0, T_max]. The
+    unconstrained optimum (the LP) bounds only the expected return, which one lucky
+    episode of a slippery grid may exceed; this bound holds for every episode.
+    """
+    costs = {} if constraints is None else {c.name: (0.0, 1.0 if c.indicator else math.inf) for c in constraints}
+    if _registered_family(task) != "gridworld":
+        return EpisodeRanges(None, costs)
+    from constrained_grpo.tasks import make_env
+
+    env = make_env(task)
+    try:
+        opts, t_max = env.unwrapped.options, int(env.unwrapped.model.max_steps)
+        goal, gem, p = float(opts.goal_reward), float(opts.gem_reward), float(opts.step_penalty)
+    finally:
+        env.close()
+    lo = min(0.0, goal) + min(0.0, gem) - max(p, p * t_max)
+    hi = max(0.0, goal) + max(0.0, gem) - min(p, p * t_max)
+    costs = {name: (0.0, min(high, float(t_max))) for name, (_, high) in costs.items()}
+    return EpisodeRanges((lo, hi), costs)
+
+
+def _check_ranges(df: pd.DataFrame, metas: Mapping[str, TaskMeta], source: str) -> None:
+    """Returns, costs and multipliers within what the task can produce (:func:`episode_ranges`).
+
+    A train row's return and costs are means over the iteration's episodes, so they
+    obey the per-episode bounds too. Multipliers of inequality constraints are >= 0.
+    """
+    lam_cols = [c for c in df.columns if str(c).startswith("lambda_")]
+    for task, rows in df.groupby("task", sort=True):
+        meta = metas[task]
+        ranges = episode_ranges(task, tuple(meta.constraints))
+        checks: list[tuple[str, float, float, str]] = []
+        if ranges.ret is not None:
+            checks.append(("return", *ranges.ret, "the most and least any episode of the task can earn"))
+        for name, (lo, hi) in ranges.costs.items():
+            why = "costs are >= 0" + (", and an indicator cost is at most 1 per episode" if hi == 1.0 else "")
+            if 1.0 < hi < math.inf:
+                why += f", at most 1 per step over at most {hi:g} steps"
+            checks.append((f"cost_{name}", lo, hi, why))
+        checks += [(c, 0.0, math.inf, "Lagrange multipliers of inequality constraints are >= 0") for c in lam_cols]
+        for col, lo, hi, why in checks:
+            if col not in rows.columns:
+                continue
+            values = rows[col].to_numpy(dtype=float)
+            bad = ~np.isnan(values) & ((values < lo - 1e-9 * max(1.0, abs(lo))) | (values > hi + 1e-9 * max(1.0, abs(hi))))
+            if bad.any():
+                i = int(rows.index[np.flatnonzero(bad)[0]])
+                raise ResultsError(
+                    f"{source}: task {task}: column {col!r} row {i} has {float(values[np.flatnonzero(bad)[0]])!r}, "
+                    f"outside [{lo:g}, {hi:g}] ({why}); the value is impossible"
+                )
+
+
+def _formula_cell(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+def escape_csv_formulas(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose string cells a spreadsheet would run as a formula (starting with
+    ``=``, ``+``, ``-``, ``@``, tab or carriage return) are prefixed with ``'``.
+
+    Numbers are left alone (``-1.5`` stays a number); call it on any table written to CSV
+    for people to open.
+    """
+    out = table.copy()
+    for col in out.columns:
+        if out[col].dtype == object:
+            out[col] = out[col].map(_formula_cell)
+    return out
+
+
+#: What could end a table cell, open an HTML tag or entity, a link or code span.
+_MD_SPECIAL = re.compile(r"([\\`|<>\[\]&])")
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` safe inside a Markdown table cell: control characters and line breaks become
+    spaces, and what could end the cell or open markup (``\\ ` | < > [ ] &``) is
+    backslash-escaped. Names that pass :func:`validate_table` contain none of these."""
+    clean = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
+    return _MD_SPECIAL.sub(r"\\\1", clean)
 
 
 def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, extra_columns: bool = False) -> tuple[pd.DataFrame, TaskMeta]:
@@ -264,6 +431,13 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
     if missing:
         raise ResultsError(f"{eval_path}: missing column(s) {missing}; it has {list(evals.columns)}")
     _check_numeric(evals, required_eval, str(eval_path))
+    # Runs written before the harness owned the evaluation have one deterministic policy and
+    # do not record their episodes' reset seeds (so they cannot be paired with other runs).
+    policy = evals["policy"].astype(str) if "policy" in evals.columns else pd.Series("deterministic", index=evals.index)
+    if not policy.isin(POLICIES).all():
+        raise ResultsError(f"{eval_path}: column 'policy' must hold {list(POLICIES)}; it has {sorted(set(policy))}")
+    reset_seed = evals["reset_seed"] if "reset_seed" in evals.columns else pd.Series(np.nan, index=evals.index)
+    _check_numeric(pd.DataFrame({"reset_seed": reset_seed}), ["reset_seed"], str(eval_path), allow_nan=True)
     if len(evals) != done.get("eval_rows") or len(evals) == 0:
         raise ResultsError(
             f"{eval_path}: has {len(evals)} rows but {path / storage.DONE_FILE} records {done.get('eval_rows')}"
@@ -278,6 +452,8 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
     evalrows = pd.DataFrame(
         {
             "iteration": evals["episode"].astype(np.int64).to_numpy(),
+            "policy": policy.to_numpy(),
+            "reset_seed": reset_seed.to_numpy(dtype=float),
             "env_steps": int(final["env_steps"]),
             "return": evals["return"].to_numpy(dtype=float),
             "length": evals["length"].to_numpy(dtype=float),
@@ -306,13 +482,17 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
     for col in _INT_COLUMNS:
         table[col] = table[col].astype(np.int64)
     for col in table.columns:
-        if col not in _STR_COLUMNS and col not in _INT_COLUMNS:
+        if col not in _STR_COLUMNS and col not in _INT_COLUMNS and col != "policy":
             table[col] = table[col].astype(np.float64)
+    # A long table without the column predates paired evaluation: one deterministic policy.
+    table["policy"] = table["policy"].astype(object).where(table["kind"] == "eval", np.nan)
+    table.loc[(table["kind"] == "eval") & table["policy"].isna(), "policy"] = "deterministic"
     kind_order = table["kind"].map({"train": 0, "eval": 1})
+    policy_order = table["policy"].map({p: i for i, p in enumerate(POLICIES)}).fillna(-1)
     table = (
-        table.assign(_k=kind_order)
-        .sort_values(["suite", "task", "algo", "seed", "_k", "iteration"], kind="mergesort")
-        .drop(columns="_k")
+        table.assign(_k=kind_order, _p=policy_order)
+        .sort_values(["suite", "task", "algo", "seed", "_k", "_p", "iteration"], kind="mergesort")
+        .drop(columns=["_k", "_p"])
         .reset_index(drop=True)
     )
     return table
@@ -368,11 +548,31 @@ def load_results(
     return Results(table, tasks, tuple(incomplete), failed)
 
 
+def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
+    """Per algorithm of the complete runs under ``root``, what its runs record about its
+    multipliers: ``lambda_in_reward_units`` (``config.json``; True only if every run says so)
+    and ``lambda_max`` (``done.json``; None unless every run records the same bound)."""
+    out: dict[str, dict[str, Any]] = {}
+    for path in find_runs(root):
+        try:
+            algo = storage.read_json(path / storage.CONFIG_FILE)["algo"]
+            name, units = str(algo["name"]), bool(algo.get("lambda_in_reward_units", False))
+            bound = storage.read_json(path / storage.DONE_FILE).get("lambda_max")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        bound = float(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else None
+        prev = out.setdefault(name, {"lambda_in_reward_units": units, "lambda_max": bound})
+        prev["lambda_in_reward_units"] = prev["lambda_in_reward_units"] and units
+        if prev["lambda_max"] != bound:
+            prev["lambda_max"] = None
+    return out
+
+
 def read_table_csv(path: str | Path) -> pd.DataFrame:
     """Read a long table (or a submission) from CSV, keeping every column."""
     path = Path(path)
     try:
-        return pd.read_csv(path, dtype={c: str for c in _STR_COLUMNS}, keep_default_na=True)
+        return pd.read_csv(path, dtype={c: str for c in (*_STR_COLUMNS, "policy")}, keep_default_na=True)
     except FileNotFoundError:
         raise ResultsError(f"{path} does not exist") from None
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -396,13 +596,17 @@ def validate_table(
     registered (their metadata, with the exact optimum, is then computed). Raises
     :class:`ResultsError` with the reason: a missing or unknown column, a wrong type, an
     empty cell or NaN where a value is required, an unknown task or algorithm, a run
-    without train or eval rows, duplicated or decreasing iterations.
+    without train or eval rows, duplicated or decreasing iterations; a string cell not of
+    its column's form (control characters, markup, an algorithm name outside
+    ``[A-Za-z0-9][A-Za-z0-9._:+-]*``), a ``suite`` other than the task's registered
+    family, an integer outside [0, 2^63), and a return, cost or multiplier that the task
+    cannot produce (:func:`episode_ranges`; multipliers >= 0). No algorithm is imported.
     """
     df = table.copy()
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
     if missing:
         raise ResultsError(f"{source}: missing column(s) {missing}; required: {list(REQUIRED_COLUMNS)} plus cost_<name> per constraint")
-    unknown = [c for c in df.columns if c not in CORE_COLUMNS and not _PATTERN_COLUMN.match(str(c))]
+    unknown = [c for c in df.columns if c not in CORE_COLUMNS and not _PATTERN_COLUMN.fullmatch(str(c))]
     if unknown and not extra_columns:
         raise ResultsError(
             f"{source}: unknown column(s) {unknown}; allowed: {list(CORE_COLUMNS)} and cost_<name>, "
@@ -410,19 +614,23 @@ def validate_table(
         )
     if df.empty:
         raise ResultsError(f"{source}: the table has no rows")
-    for col in _STR_COLUMNS:
-        bad = ~df[col].map(lambda v: isinstance(v, str) and v != "")
-        if bad.any():
-            i = int(np.flatnonzero(bad.to_numpy())[0])
-            raise ResultsError(f"{source}: column {col!r} must hold non-empty strings; row {i} has {df[col].iloc[i]!r}")
     bad_kind = ~df["kind"].isin(_KINDS)
     if bad_kind.any():
         i = int(np.flatnonzero(bad_kind.to_numpy())[0])
         raise ResultsError(f"{source}: column 'kind' must be 'train' or 'eval'; row {i} has {df['kind'].iloc[i]!r}")
-    if known_algos is not None:
-        for name in sorted(df["algo"].unique()):
-            _check_algo(name, source, known_algos)
-    numeric = [c for c in df.columns if c not in _STR_COLUMNS]
+    _check_strings(df, source)
+    for name in sorted(df["algo"].unique()):
+        _check_algo(name, source, known_algos)
+    if "policy" in df.columns:
+        bad_policy = (df["kind"] == "eval") & df["policy"].notna() & ~df["policy"].isin(POLICIES)
+        bad_policy |= (df["kind"] == "train") & df["policy"].notna()
+        if bad_policy.any():
+            i = int(np.flatnonzero(bad_policy.to_numpy())[0])
+            raise ResultsError(
+                f"{source}: column 'policy' must be empty on train rows and one of {list(POLICIES)} on eval rows; "
+                f"row {i} has {df['policy'].iloc[i]!r}"
+            )
+    numeric = [c for c in df.columns if c not in _STR_COLUMNS and c != "policy"]
     _check_numeric(df, ["seed", "iteration", "env_steps"], source)
     _check_numeric(df, [c for c in numeric if c not in _INT_COLUMNS], source, allow_nan=True)
     _check_integral(df, list(_INT_COLUMNS), source)
@@ -447,6 +655,13 @@ def validate_table(
     for task, values in suites.items():
         if len(values) != 1:
             raise ResultsError(f"{source}: task {task!r} appears with several suites {sorted(values)}; use one")
+        family = _registered_family(task)
+        expected = family if family is not None else metas[task].suite
+        if values[0] != expected or metas[task].suite != expected:
+            raise ResultsError(
+                f"{source}: task {task!r} belongs to suite {expected!r}, but the table says "
+                f"{values[0]!r}" + ("" if metas[task].suite == expected else f" and its metadata {metas[task].suite!r}")
+            )
 
     cost_cols = [c for c in df.columns if c.startswith("cost_")]
     lambda_cols = [c for c in df.columns if c.startswith("lambda_")]
@@ -485,12 +700,39 @@ def validate_table(
             raise ResultsError(f"{where}: has only {sorted(kinds)} rows; a run needs train rows and eval rows")
         for kind in _KINDS:
             rows = group[group["kind"] == kind]
-            if rows["iteration"].duplicated().any():
-                dup = rows["iteration"][rows["iteration"].duplicated()].iloc[0]
+            # Eval rows: one per (policy, episode); a table without ``policy`` has one policy.
+            keys = rows[["policy", "iteration"]].fillna({"policy": ""}) if "policy" in rows.columns else rows[["iteration"]]
+            if keys.duplicated().any():
+                dup = rows["iteration"][keys.duplicated()].iloc[0]
                 raise ResultsError(f"{where}: {kind} iteration {dup} appears twice")
         train = group[group["kind"] == "train"].sort_values("iteration")
         if (np.diff(train["env_steps"].to_numpy()) < 0).any():
             raise ResultsError(f"{where}: env_steps decrease along the train iterations; they must be cumulative")
     if not math.isfinite(float(df["return"].abs().max())):
         raise ResultsError(f"{source}: column 'return' has infinite values")
+    _check_ranges(df, metas, source)
     return _finish(df), metas
+
+
+def check_submission_table(
+    path: str | Path,
+    tasks: Mapping[str, TaskMeta] | None = None,
+    existing: pd.DataFrame | None = None,
+) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
+    """Validate a third-party submission CSV; the one rule set of ``--check`` and ``--add``.
+
+    :func:`validate_table` (schema, string forms, suites, ranges, integer bounds) plus: no
+    run (task, algo, seed) that ``existing`` (the results it would join) holds already.
+    Raises :class:`ResultsError` with the reason.
+    """
+    table = read_table_csv(path)
+    table, metas = validate_table(table, tasks, source=str(path))
+    if existing is not None and len(existing):
+        mine = set(zip(table["task"], table["algo"], table["seed"].astype(int)))
+        theirs = set(zip(existing["task"], existing["algo"], existing["seed"].astype(int)))
+        clash = sorted(mine & theirs)
+        if clash:
+            raise ResultsError(
+                f"{path}: run(s) {clash[:3]} (task, algo, seed) are in the results already; rename the algorithm"
+            )
+    return table, metas

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
@@ -21,15 +20,15 @@ import pandas as pd
 from constrained_grpo.eval.runner import TaskMeta
 
 __all__ = [
-    "DRIFT_WEIGHT",
-    "MultiplierStability",
     "coefficient_of_variation",
+    "constrained_score",
     "cumulative_violation",
     "drift",
     "final_performance",
     "final_value",
+    "fmean",
     "fraction_within",
-    "multiplier_stability",
+    "lambda_distance",
     "normalised_return",
     "normalised_violation",
     "oscillations",
@@ -37,13 +36,17 @@ __all__ = [
     "run_metrics",
     "second_half",
     "settling_time",
-    "stability_score",
     "total_variation",
     "trend_r2",
 ]
 
-#: Weight of |drift| against the coefficient of variation in :func:`stability_score`.
-DRIFT_WEIGHT = 2.0
+def fmean(x: Sequence[float] | np.ndarray) -> float:
+    """Mean of the non-NaN values, summed exactly (``math.fsum``): the result
+    does not depend on the order of the values or the machine's SIMD kernels, so tables
+    written from it are byte-identical everywhere. NaN when there is no value."""
+    a = np.asarray(x, dtype=np.float64).ravel()
+    a = a[~np.isnan(a)]
+    return math.fsum(a.tolist()) / a.size if a.size else math.nan
 
 
 def _arr(x: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -64,9 +67,8 @@ def final_performance(values: Sequence[float] | np.ndarray, frac: float = 0.2) -
     """
     x = _arr(values)
     m = max(1, math.ceil(frac * len(x)))
-    tail = x[-m:]
     # Iterations that finished no episode carry NaN (no estimate): leave them out.
-    return float(np.nanmean(tail)) if np.isfinite(tail).any() else math.nan
+    return fmean(x[-m:])
 
 
 def normalised_return(achieved: float, optimum: float | None) -> float:
@@ -221,73 +223,55 @@ def trend_r2(env_steps: Sequence[float] | np.ndarray, lam: Sequence[float] | np.
     return float(np.corrcoef(s, x)[0, 1] ** 2)
 
 
-def stability_score(drift_value: float, cv: float, violated: bool, r2: float = 1.0) -> float:
-    """One number in (0, 1], 1 for a constant multiplier.
+# ------------------------------------------------------------------ constraint-aware score
 
-    score = 1 / (1 + I),  I = w |drift| R^2 (1 + [drift > 0 and violated]) + CV,  w = DRIFT_WEIGHT,
 
-    with drift, CV and R^2 (trend_r2) over the second half. The trend counts as much as
-    it explains lambda's variance (R^2), so that a bounded oscillation, whose fitted slope
-    is an artefact of the window, is judged by its CV; it weighs twice the CV, and twice
-    again when the multiplier climbs while its constraint is still violated at the end of
-    training: such a multiplier converges to nothing (the ScRew failure of papers.md),
-    whereas an oscillation that keeps its constraint is bounded. A linear ramp over the
-    second half (drift 2/3, R^2 1, CV 0.19) scores 0.26 while violated, below a +-50%
-    sine (CV 0.35, R^2 ~ 0.02) at 0.73.
+def constrained_score(return_value: float, optimum: float | None, violation: float, tol: float) -> float:
+    """One number per run under which an infeasible run never beats a feasible one.
+
+    score = max(R~, 0)  if v <= tol (feasible),   score = -v  otherwise,
+
+    with v = max_k max(0, J_k - d_k)/d_k the largest normalised violation and R~ the
+    normalised return 1 - (R* - R)/|R*| on a task with an exact optimum R* (the raw return
+    R elsewhere). Feasible runs score >= 0 and infeasible ones < 0 (v > tol >= 0), so the
+    order "feasible first, by return; then infeasible, by violation" holds for every pair
+    of runs, and so for any mean, IQM or P(X > Y) of the score. A feasible run with
+    R~ <= 0 scores 0: no better than doing nothing.
     """
-    if not (math.isfinite(drift_value) and math.isfinite(cv) and math.isfinite(r2)):
-        return 0.0
-    climbing_violated = drift_value > 0 and violated
-    instability = DRIFT_WEIGHT * abs(drift_value) * r2 * (2.0 if climbing_violated else 1.0) + cv
-    return float(1.0 / (1.0 + instability))
+    if not (math.isfinite(violation) and math.isfinite(return_value)):
+        return math.nan
+    if violation > tol:
+        return -float(violation)
+    norm = normalised_return(return_value, optimum)
+    base = norm if math.isfinite(norm) else float(return_value)
+    return max(float(base), 0.0)
 
 
-@dataclass(frozen=True)
-class MultiplierStability:
-    """Stability metrics of one multiplier trajectory (see the functions of the same names).
-
-    tv, oscillations, drift, r2 (trend_r2) and cv are over the second half of training;
-    overshoot and settling over the whole run (they describe the transient).
-    """
-
-    tv: float
-    oscillations: int
-    drift: float
-    r2: float
-    overshoot: float
-    settling: float
-    cv: float
-    score: float
-
-
-def multiplier_stability(
-    env_steps: Sequence[float] | np.ndarray,
-    lam: Sequence[float] | np.ndarray,
-    violated: bool,
-    *,
-    rel_tol: float = 0.01,
-    band: float = 0.1,
-) -> MultiplierStability:
-    """All stability metrics of one multiplier; ``violated``: its constraint is violated at the end."""
-    s = _arr(env_steps)
-    x = _arr(lam)
-    s2, x2 = second_half(s), second_half(x)
-    d = drift(s2, x2)
-    r2 = trend_r2(s2, x2)
-    cv = coefficient_of_variation(x2)
-    return MultiplierStability(
-        tv=total_variation(x2),
-        oscillations=oscillations(x2, rel_tol),
-        drift=d,
-        r2=r2,
-        overshoot=overshoot(x),
-        settling=settling_time(s, x, band),
-        cv=cv,
-        score=stability_score(d, cv, violated, r2),
-    )
+def lambda_distance(lam_final: Sequence[float], lam_star: Sequence[float]) -> float:
+    """||lambda_final - lambda*||_2: distance of the final multipliers to the LP's optimal duals."""
+    a = np.asarray(lam_final, dtype=np.float64)
+    b = np.asarray(lam_star, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"lambda_final {a.shape} and lambda* {b.shape} differ in shape")
+    return float(math.sqrt(math.fsum(float(d) ** 2 for d in a - b)))
 
 
 # ------------------------------------------------------------------------------ per run
+
+
+def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, float]:
+    """Return, per-constraint cost, fraction within and violation of one policy's eval rows."""
+    out: dict[str, float] = {"return": fmean(ev["return"])}
+    viols = []
+    for c in meta.constraints:
+        cost = ev[f"cost_{c.name}"]
+        out[f"cost_{c.name}"] = fmean(cost)
+        out[f"within_{c.name}"] = fraction_within(cost, c.limit) if len(ev) else math.nan
+        out[f"violation_{c.name}"] = normalised_violation(out[f"cost_{c.name}"], c.limit) if len(ev) else math.nan
+        viols.append(out[f"violation_{c.name}"])
+    out["violation"] = max(viols) if viols else 0.0
+    out["feasible"] = bool(out["violation"] <= tol) if math.isfinite(out["violation"]) else False
+    return out
 
 
 def run_metrics(
@@ -296,58 +280,121 @@ def run_metrics(
     *,
     final_frac: float = 0.2,
     tol: float = 0.1,
+    lambda_in_reward_units: Mapping[str, bool] | None = None,
+    lambda_max: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """One row of metrics per run (suite, task, algo, seed) of a long table.
 
+    Two iterates are scored. The *last iterate* is the final policy, evaluated by the
+    harness on the same episodes for every run: ``policy == "sampled"`` is the primary
+    evaluation (a constrained optimum may mix routes), ``"deterministic"`` the greedy one.
+    The *average iterate* is the mean over the last ``final_frac`` of the training iterations.
+
     Columns:
 
-    * ``final_return``: final_performance of the training return; ``eval_return``: mean
-      deterministic-evaluation return; ``*_norm``: normalised_return by R* (NaN without R*);
-    * per constraint k: ``final_cost_k`` (final_performance of J_k,t), ``eval_cost_k``
-      (mean C_k,i), ``within_k`` (fraction_within), ``violation_k``
-      (normalised_violation of eval_cost_k), ``cum_violation_k`` (cumulative_violation)
-      and ``train_violation_k`` = cum_violation_k / s_{T-1};
-    * ``violation`` = max_k violation_k; ``satisfied`` = violation <= tol;
-    * per multiplier k: ``tv_k``, ``osc_k``, ``drift_k``, ``r2_k``, ``overshoot_k``,
-      ``settling_k``, ``cv_k``, ``stability_k`` (multiplier_stability, violated meaning
-      normalised_violation(final_cost_k) > tol), and ``stability`` = min_k stability_k
-      (NaN for an algorithm without multipliers).
+    * primary (last iterate, sampled; a table with only deterministic eval rows uses those,
+      and says so in ``primary_policy``): ``eval_return``, ``eval_return_norm``, per
+      constraint ``eval_cost_k``, ``within_k`` (fraction of episodes within d_k),
+      ``violation_k`` = max(0, J_k - d_k)/d_k; ``violation`` = max_k violation_k,
+      ``feasible`` = violation <= tol (``satisfied`` is the same), ``score``
+      (:func:`constrained_score`);
+    * greedy (last iterate, deterministic): ``greedy_return``, ``greedy_violation``,
+      ``greedy_feasible`` (NaN/False where there are no such rows);
+    * average iterate: ``final_return`` (mean training return over the tail), ``final_cost_k``,
+      ``tail_violation``, ``tail_feasible``, ``tail_score``;
+    * ``cum_violation_k`` (cumulative_violation) and ``train_violation_k`` = cum / s_{T-1};
+    * protocol: ``eval_episodes`` (per policy), ``eval_first_seed`` (NaN when unrecorded),
+      ``eval_policies`` ("sampled+deterministic", ...), ``env_steps`` (the run's budget as run);
+    * per multiplier k (``constrained_grpo.eval.stability``): ``stability_k``,
+      ``stability_class_k``, ``amplitude_k``, ``drift_k``, ``osc_k``, ``settling_k``; per
+      constraint ``tracking_k`` (mean |J_t - d|/d over the second half when active) and
+      ``overshoot_k``; ``stability`` = min_k stability_k and ``stability_class`` its class
+      (NaN for an algorithm without multipliers); ``lambda_dist`` = ||lambda_final - lambda*||
+      where the task has lambda* and ``lambda_in_reward_units[algo]`` says lambda shares its units.
     """
+    from constrained_grpo.eval import stability as stab
+
+    units = dict(lambda_in_reward_units or {})
+    bounds = dict(lambda_max or {})
     rows: list[dict[str, object]] = []
     for (suite, task, algo, seed), run in table.groupby(["suite", "task", "algo", "seed"], sort=True):
         meta = tasks[task]
         train = run[run["kind"] == "train"].sort_values("iteration")
         ev = run[run["kind"] == "eval"]
+        policies = ev["policy"] if "policy" in ev.columns else pd.Series("deterministic", index=ev.index)
+        policies = policies.fillna("deterministic")
+        present = [p for p in ("sampled", "deterministic") if (policies == p).any()]
+        primary = "sampled" if "sampled" in present else "deterministic"
         steps = train["env_steps"].to_numpy(dtype=float)
         row: dict[str, object] = {"suite": suite, "task": task, "algo": algo, "seed": int(seed)}
         row["env_steps"] = int(steps[-1])
-        row["final_return"] = final_performance(train["return"], final_frac)
-        row["eval_return"] = float(ev["return"].mean())
-        row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return)  # type: ignore[arg-type]
-        row["eval_return_norm"] = normalised_return(row["eval_return"], meta.optimum_return)  # type: ignore[arg-type]
-        violations = []
-        stabilities = []
+        first = ev.loc[policies == primary]
+        seeds = first["reset_seed"] if "reset_seed" in first.columns else pd.Series(dtype=float)
+        row["eval_policies"] = "+".join(present)
+        row["eval_episodes"] = int(len(first))
+        row["eval_first_seed"] = float(seeds.min()) if len(seeds) and seeds.notna().all() else math.nan
+        row["primary_policy"] = primary
+
+        main = _eval_block(first, meta, tol)
+        row["eval_return"] = main["return"]
+        row["eval_return_norm"] = normalised_return(main["return"], meta.optimum_return)
         for c in meta.constraints:
             k = c.name
-            final_cost = final_performance(train[f"cost_{k}"], final_frac)
-            eval_cost = float(ev[f"cost_{k}"].mean())
-            cum = cumulative_violation(steps, train[f"cost_{k}"], c.limit)
+            row[f"eval_cost_{k}"] = main[f"cost_{k}"]
+            row[f"within_{k}"] = main[f"within_{k}"]
+            row[f"violation_{k}"] = main[f"violation_{k}"]
+        row["violation"] = main["violation"]
+        row["feasible"] = main["feasible"]
+        row["satisfied"] = main["feasible"]
+        row["score"] = constrained_score(main["return"], meta.optimum_return, main["violation"], tol)
+
+        greedy = _eval_block(ev.loc[policies == "deterministic"], meta, tol) if "deterministic" in present else None
+        row["greedy_return"] = greedy["return"] if greedy else math.nan
+        row["greedy_violation"] = greedy["violation"] if greedy else math.nan
+        row["greedy_feasible"] = greedy["feasible"] if greedy else False
+
+        row["final_return"] = final_performance(train["return"], final_frac)
+        row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return)  # type: ignore[arg-type]
+        tail_viol = []
+        stabilities: list[tuple[float, str]] = []
+        lam_final = []
+        for c in meta.constraints:
+            k = c.name
+            cost = train[f"cost_{k}"].to_numpy(dtype=float)
+            final_cost = final_performance(cost, final_frac)
             row[f"final_cost_{k}"] = final_cost
-            row[f"eval_cost_{k}"] = eval_cost
-            row[f"within_{k}"] = fraction_within(ev[f"cost_{k}"], c.limit)
-            row[f"violation_{k}"] = normalised_violation(eval_cost, c.limit)
+            tail_viol.append(normalised_violation(final_cost, c.limit) if math.isfinite(final_cost) else math.inf)
+            cum = cumulative_violation(steps, cost, c.limit)
             row[f"cum_violation_{k}"] = cum
             row[f"train_violation_{k}"] = cum / steps[-1] if steps[-1] > 0 else math.nan
-            violations.append(row[f"violation_{k}"])
             col = f"lambda_{k}"
-            if col in train.columns and train[col].notna().all():
-                violated = normalised_violation(final_cost, c.limit) > tol
-                ms = multiplier_stability(steps, train[col], violated)
-                for name, value in asdict(ms).items():
-                    row[f"{'stability' if name == 'score' else ('osc' if name == 'oscillations' else name)}_{k}"] = value
-                stabilities.append(ms.score)
-        row["violation"] = max(violations) if violations else 0.0
-        row["satisfied"] = bool(row["violation"] <= tol)  # type: ignore[operator]
-        row["stability"] = min(stabilities) if stabilities else math.nan
+            lam = train[col].to_numpy(dtype=float) if col in train.columns else None
+            has_lam = lam is not None and np.isfinite(lam).all() and len(lam) > 0
+            tr = stab.cost_tracking(steps, cost, c.limit, lam if has_lam else None, tol=tol)
+            row[f"tracking_{k}"] = tr.mean_abs_rel_error
+            row[f"overshoot_{k}"] = tr.overshoot
+            if has_lam:
+                res = stab.multiplier_stability(steps, lam, cost, c.limit, lambda_max=bounds.get(algo), tol=tol)
+                row[f"stability_{k}"] = res.score
+                row[f"stability_class_{k}"] = res.verdict
+                row[f"amplitude_{k}"] = res.amplitude
+                row[f"drift_{k}"] = res.drift
+                row[f"osc_{k}"] = res.oscillations
+                row[f"settling_{k}"] = res.settling
+                stabilities.append((res.score, res.verdict))
+                lam_final.append(float(lam[-1]))
+        row["tail_violation"] = max(tail_viol) if tail_viol else 0.0
+        row["tail_feasible"] = bool(row["tail_violation"] <= tol)  # type: ignore[operator]
+        row["tail_score"] = constrained_score(row["final_return"], meta.optimum_return, row["tail_violation"], tol)  # type: ignore[arg-type]
+        if stabilities:
+            worst = min(stabilities, key=lambda sv: sv[0])
+            row["stability"], row["stability_class"] = worst
+        else:
+            row["stability"], row["stability_class"] = math.nan, ""
+        star = meta.optimal_multipliers
+        if stabilities and star is not None and units.get(algo, False) and len(star) == len(lam_final):
+            row["lambda_dist"] = lambda_distance(lam_final, star)
+        else:
+            row["lambda_dist"] = math.nan
         rows.append(row)
     return pd.DataFrame(rows)

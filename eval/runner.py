@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.constraints import Constraint, get_constraints
+from constrained_grpo.constraints import Constraint, get_constraints, override_limits
 from constrained_grpo.registry import EvalResult, agent_spec, make_agent
-from constrained_grpo.tasks import make_env
+from constrained_grpo.tasks import make_env, rollout_episodes
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.storage import (
     AGENT_DIR,
@@ -43,6 +43,12 @@ from constrained_grpo.eval.storage import (
 
 __all__ = [
     "CONFIG_SCHEMA",
+    "EVAL_POLICIES",
+    "EVAL_SEED",
+    "EvalProtocol",
+    "default_eval_episodes",
+    "evaluate_agent",
+    "run_meta",
     "RunOutcome",
     "RunSpec",
     "TaskMeta",
@@ -55,6 +61,17 @@ __all__ = [
 
 #: Version of the ``config.json`` layout; the loader refuses other versions.
 CONFIG_SCHEMA = 1
+
+#: Reset seed of the first final-evaluation episode: episode i of every run, whatever its
+#: algorithm or training seed, starts from ``reset(seed=EVAL_SEED + i)``, so that all
+#: algorithms of a task are evaluated on the same episodes (a paired comparison).
+EVAL_SEED = 1_000_000
+#: The final policy is evaluated twice on the same episodes: sampling its actions (the
+#: primary evaluation: a constrained optimum is in general a mixture of routes, which only
+#: a stochastic policy represents) and taking the mode (what a greedy deployment does).
+EVAL_POLICIES: tuple[str, ...] = ("sampled", "deterministic")
+#: Episodes per policy when a run does not say: what an evaluation of the family costs.
+_FAMILY_EVAL_EPISODES = {"gridworld": 500, "highway": 50, "math": 200, "safety": 20}
 
 _VERSION_PACKAGES = {
     "numpy": "numpy",
@@ -76,7 +93,8 @@ class RunSpec:
         algo: registered algorithm name (or a dotted path ``"pkg.mod:factory"``).
         seed: seed passed to ``make_agent``; also seeds ``random``, numpy and torch.
         steps: ``total_env_steps`` given to ``agent.learn``.
-        eval_episodes: episodes of the final deterministic evaluation.
+        eval_episodes: episodes of the final evaluation, per policy (``EVAL_POLICIES``);
+            None takes the task family's default (:func:`default_eval_episodes`).
         config: agent config overrides (``make_agent(**config)``), JSON values only.
         save_agent: whether to call ``agent.save`` into ``agent/``.
     """
@@ -85,13 +103,15 @@ class RunSpec:
     algo: str
     seed: int
     steps: int
-    eval_episodes: int = 20
+    eval_episodes: int | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     save_agent: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.eval_episodes is None:
+            object.__setattr__(self, "eval_episodes", default_eval_episodes(self.task))
         if self.eval_episodes < 1:
             raise ValueError(f"eval_episodes must be >= 1, got {self.eval_episodes}")
         # Round-trip through JSON now, so that a config that cannot be recorded fails early.
@@ -187,6 +207,34 @@ class TaskMeta:
         )
 
 
+def default_eval_episodes(task: str) -> int:
+    """Final-evaluation episodes per policy for ``task``: 500 on gridworlds (cheap episodes,
+    and a mixture's cost is a rate that needs them), 50 on highway, 200 on math, 20 on Safety."""
+    return _FAMILY_EVAL_EPISODES.get(_suite_of(task), 20)
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """How a run's final policy was evaluated (``config.json["eval"]``).
+
+    Attributes:
+        episodes: episodes per policy.
+        first_seed: reset seed of episode 0 (episode i: ``first_seed + i``); None when the
+            agent ran its own evaluation and did not say which episodes it played.
+        policies: the evaluated policies, ``EVAL_POLICIES`` or a subset.
+        owner: ``"harness"`` (the harness stepped the env with ``agent.act``, or had a text
+            agent score the harness's problem seeds) or ``"agent"`` (``agent.evaluate``).
+    """
+
+    episodes: int
+    first_seed: int | None
+    policies: tuple[str, ...]
+    owner: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"episodes": self.episodes, "first_seed": self.first_seed, "policies": list(self.policies), "owner": self.owner}
+
+
 def _suite_of(task: str) -> str:
     try:
         from constrained_grpo.envs import task_info
@@ -220,6 +268,45 @@ def task_meta(task: str, with_optimum: bool = True) -> TaskMeta:
         float(opt.unconstrained_return),
         tuple(float(m) for m in opt.multipliers),
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _custom_task_meta(task: str, env_kwargs_json: str, limits_json: str) -> TaskMeta:
+    env_kwargs = json.loads(env_kwargs_json)
+    limits = json.loads(limits_json)
+    try:
+        # Limits are constructor keywords (Contract 1): the env built with them solves its
+        # own optimum for those limits.
+        env = make_env(task, **env_kwargs, **({} if limits is None else {"limits": limits}))
+    except TypeError:
+        env = make_env(task, **env_kwargs)
+        limits_in_env = False
+    else:
+        limits_in_env = True
+    try:
+        constraints = get_constraints(env)
+        if not limits_in_env:
+            constraints = override_limits(constraints, limits)
+        solver = getattr(env.unwrapped, "optimum", None) if limits_in_env or limits is None else None
+        opt = solver() if callable(solver) else None
+    finally:
+        env.close()
+    suite = _suite_of(task)
+    if opt is None:
+        return TaskMeta(task, suite, constraints)
+    return TaskMeta(task, suite, constraints, float(opt.constrained_return), float(opt.unconstrained_return),
+                    tuple(float(m) for m in opt.multipliers))
+
+
+def run_meta(spec: "RunSpec", base: TaskMeta | None = None) -> TaskMeta:
+    """The task as a run trains on it: the registered task, or, when the run's config sets
+    ``env_kwargs`` or ``limits``, the task built with them (its limits, and its exact optimum
+    for those limits where the env solves one). ``base`` is the registered task's metadata."""
+    env_kwargs = dict(spec.config.get("env_kwargs") or {})
+    limits = spec.config.get("limits")
+    if not env_kwargs and limits is None:
+        return base if base is not None else task_meta(spec.task)
+    return _custom_task_meta(spec.task, json.dumps(env_kwargs, sort_keys=True), json.dumps(limits, sort_keys=True))
 
 
 @functools.lru_cache(maxsize=1)
@@ -274,9 +361,11 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "name": spec.algo,
             "description": spec_info.description,
             "constrained": spec_info.constrained,
+            "lambda_in_reward_units": spec_info.lambda_in_reward_units,
             "defaults": dict(spec_info.defaults),
             "config": dict(spec.config),
         },
+        "eval": {"episodes": spec.eval_episodes, "first_seed": EVAL_SEED, "policies": list(EVAL_POLICIES)},
         "command": spec.command(out),
         **prov,
     }
@@ -333,21 +422,86 @@ def _limit_threads() -> None:
         torch.set_num_threads(1)
 
 
-def _write_eval(path: Path, result: EvalResult, names: list[str]) -> int:
-    returns = np.asarray(result.returns, dtype=np.float64)
-    costs = np.asarray(result.costs, dtype=np.float64)
-    lengths = np.asarray(result.lengths)
-    if costs.shape != (len(returns), len(names)):
-        raise ValueError(
-            f"evaluate() returned costs of shape {costs.shape}; the task has {len(names)} constraint(s) "
-            f"{names}, so it must be ({len(returns)}, {len(names)})"
-        )
-    rows = [
-        {"episode": i, "return": float(returns[i]), "length": int(lengths[i])}
-        | {f"cost_{n}": float(costs[i, k]) for k, n in enumerate(names)}
-        for i in range(len(returns))
-    ]
-    columns = ["episode", "return", "length", *[f"cost_{n}" for n in names]]
+def _is_text_task(task: str, env_kwargs: Mapping[str, Any]) -> bool:
+    import gymnasium as gym
+
+    env = make_env(task, **env_kwargs)
+    try:
+        return isinstance(env.observation_space, gym.spaces.Text)
+    finally:
+        env.close()
+
+
+def evaluate_agent(
+    agent: Any, task: str, episodes: int, env_kwargs: Mapping[str, Any] | None = None, first_seed: int = EVAL_SEED
+) -> tuple[dict[str, EvalResult], EvalProtocol]:
+    """The harness's final evaluation of a trained agent: ``episodes`` episodes per policy of
+    ``EVAL_POLICIES``, episode i from ``reset(seed=first_seed + i)`` for every algorithm.
+
+    A control agent provides ``act(obs, deterministic)``; the harness steps the env and seeds
+    the action sampling (torch's global generator, forked; an agent with its own sampling
+    generator exposes ``seed_evaluation(seed)``). A text agent (Text observations) provides
+    ``evaluate(n, deterministic, seed=...)`` over the harness's problem seeds. An agent with
+    neither evaluates itself (``evaluate(n, deterministic)``): its episodes are its own, so
+    the protocol says ``owner="agent"`` and the leaderboard does not pair it with others.
+    """
+    import inspect
+
+    import torch
+
+    env_kwargs = dict(env_kwargs or {})
+    results: dict[str, EvalResult] = {}
+    text = _is_text_task(task, env_kwargs)
+    evaluate = getattr(agent, "evaluate", None)
+    seeded_evaluate = callable(evaluate) and "seed" in inspect.signature(evaluate).parameters
+    act = getattr(agent, "act", None)
+    if (text and seeded_evaluate) or (not text and callable(act)):
+        for policy in EVAL_POLICIES:
+            det = policy == "deterministic"
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(first_seed)
+                np_state = np.random.get_state()
+                np.random.seed(first_seed % 2**32)
+                try:
+                    if text:
+                        results[policy] = evaluate(episodes, deterministic=det, seed=first_seed)
+                    else:
+                        if callable(getattr(agent, "seed_evaluation", None)):
+                            agent.seed_evaluation(first_seed)
+                        env = make_env(task, **env_kwargs)
+                        try:
+                            results[policy] = rollout_episodes(env, lambda o, d=det: act(o, deterministic=d), episodes, seed=first_seed)
+                        finally:
+                            env.close()
+                finally:
+                    np.random.set_state(np_state)
+        return results, EvalProtocol(episodes, first_seed, EVAL_POLICIES, "harness")
+    if not callable(evaluate):
+        raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
+    results["deterministic"] = evaluate(episodes, deterministic=True)
+    return results, EvalProtocol(episodes, None, ("deterministic",), "agent")
+
+
+def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalProtocol, names: list[str]) -> int:
+    """``eval.csv``: one row per (policy, episode) with the episode's reset seed (empty when unknown)."""
+    rows = []
+    for policy, result in results.items():
+        returns = np.asarray(result.returns, dtype=np.float64)
+        costs = np.asarray(result.costs, dtype=np.float64)
+        lengths = np.asarray(result.lengths)
+        if costs.shape != (len(returns), len(names)):
+            raise ValueError(
+                f"the {policy} evaluation returned costs of shape {costs.shape}; the task has {len(names)} "
+                f"constraint(s) {names}, so it must be ({len(returns)}, {len(names)})"
+            )
+        rows += [
+            {"episode": i, "policy": policy,
+             "reset_seed": "" if protocol.first_seed is None else protocol.first_seed + i,
+             "return": float(returns[i]), "length": int(lengths[i])}
+            | {f"cost_{n}": float(costs[i, k]) for k, n in enumerate(names)}
+            for i in range(len(returns))
+        ]
+    columns = ["episode", "policy", "reset_seed", "return", "length", *[f"cost_{n}" for n in names]]
     storage.atomic_write_bytes(path, storage.csv_bytes(rows, columns))
     return len(rows)
 
@@ -375,6 +529,12 @@ def execute_run(
     try:
         with storage.run_lock(path):
             if storage.is_complete(path):
+                # Done by another process meanwhile: it counts only if it is this very run.
+                recorded = _recorded_run(path)
+                if not spec.same_results_as(recorded):
+                    return RunOutcome(spec.key, "failed", attempt, 0.0, (
+                        f"{path} holds a completed run with settings {recorded} but this run asks for "
+                        f"{spec.to_dict()}; use another --out directory, or rerun with --force to replace it\n"))
                 return RunOutcome(spec.key, "done", attempt, 0.0)
             storage.clear_run_dir(path)
             try:
@@ -388,6 +548,15 @@ def execute_run(
     return RunOutcome(spec.key, "done", attempt, time.perf_counter() - start)
 
 
+def _recorded_run(path: Path) -> dict[str, Any]:
+    """``config.json["run"]`` of a run directory, {} when unreadable."""
+    try:
+        recorded = storage.read_json(path / CONFIG_FILE).get("run", {})
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return recorded if isinstance(recorded, dict) else {}
+
+
 def _execute(
     spec: RunSpec,
     out: str | Path,
@@ -398,7 +567,7 @@ def _execute(
     on_progress: Callable[[int], None] | None,
     start: float,
 ) -> None:
-    meta = meta if meta is not None else task_meta(spec.task)
+    meta = run_meta(spec, meta)
     names = meta.constraint_names
     storage.atomic_write_json(path / CONFIG_FILE, run_config(spec, out, meta, provenance))
     storage.atomic_write_json(
@@ -418,14 +587,19 @@ def _execute(
                 pass
 
     log = storage.ProgressLog(path / PROGRESS_FILE, names, on_record=report)
-    agent.learn(spec.steps, log)
+    try:
+        agent.learn(spec.steps, log)
+    finally:
+        # Also when learn raises: progress.csv then holds every iteration logged before the error.
+        if log.rows:
+            log.close()
     if not log.rows:
         raise RuntimeError(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
             "once per iteration (docs/architecture.md)"
         )
-    log.close()
-    n_eval = _write_eval(path / EVAL_FILE, agent.evaluate(spec.eval_episodes, deterministic=True), names)
+    results, protocol = evaluate_agent(agent, spec.task, int(spec.eval_episodes), spec.config.get("env_kwargs"))
+    n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
     if spec.save_agent:
         agent.save(path / AGENT_DIR)
     done = {
@@ -434,6 +608,9 @@ def _execute(
         "env_steps": int(log.rows[-1]["env_steps"]),
         "progress_rows": len(log.rows),
         "eval_rows": n_eval,
+        "eval": protocol.to_dict(),
+        # The multipliers' projection bound, where the agent has one: "at bound" needs it.
+        "lambda_max": getattr(agent, "lambda_max", None),
         "host": socket.gethostname(),
     }
     (path / RUNNING_FILE).unlink(missing_ok=True)

@@ -25,7 +25,10 @@ from scipy import stats as sps
 __all__ = [
     "BOOTSTRAP_REPS",
     "BOOTSTRAP_SEED",
+    "MIN_SEEDS_FOR_CI",
     "aggregate",
+    "bootstrap_probability",
+    "difference_ci",
     "iqm",
     "probability_of_improvement",
     "probability_of_improvement_ci",
@@ -35,6 +38,10 @@ __all__ = [
 
 BOOTSTRAP_REPS = 2000
 BOOTSTRAP_SEED = 0
+#: Fewest runs per cell for which a percentile-bootstrap interval is printed: the nominal
+#: 95% interval of a mean covers the truth about 76% of the time at n = 3 and 91% at n = 5
+#: (it is [min, max] at n = 3); below this, no interval and no separation is claimed.
+MIN_SEEDS_FOR_CI = 5
 
 Statistic = Callable[..., np.ndarray]
 
@@ -164,3 +171,60 @@ def probability_of_improvement_ci(
     alpha = (1.0 - level) / 2.0
     lo, hi = np.percentile(boots, [100 * alpha, 100 * (1 - alpha)])
     return probability_of_improvement(x_by_task, y_by_task), float(lo), float(hi)
+
+
+def difference_ci(
+    x_by_task: Mapping[str, Sequence[float] | np.ndarray],
+    y_by_task: Mapping[str, Sequence[float] | np.ndarray],
+    *,
+    paired: bool = True,
+    reps: int = BOOTSTRAP_REPS,
+    seed: int = BOOTSTRAP_SEED,
+    level: float = 0.95,
+) -> tuple[float, float, float]:
+    """Mean over tasks of mean(x_m) - mean(y_m), with a stratified percentile-bootstrap interval.
+
+    ``paired``: in every task x and y are aligned by seed (same length; run i of x and of y
+    share seed i and the evaluation episodes), and a replicate resamples the seed indices
+    once for both; otherwise each is resampled on its own. Tasks missing from either side
+    are left out; NaN when none is shared.
+    """
+    tasks = sorted(set(x_by_task) & set(y_by_task))
+    if not tasks:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    boots = np.zeros(reps)
+    point = 0.0
+    for t in tasks:
+        x = np.asarray(x_by_task[t], dtype=float)
+        y = np.asarray(y_by_task[t], dtype=float)
+        point += float(np.mean(x) - np.mean(y))
+        if paired:
+            if x.size != y.size:
+                raise ValueError(f"task {t}: paired samples differ in size ({x.size} vs {y.size})")
+            idx = rng.integers(0, x.size, size=(reps, x.size))
+            boots += (x[idx] - y[idx]).mean(axis=1)
+        else:
+            boots += x[rng.integers(0, x.size, size=(reps, x.size))].mean(axis=1)
+            boots -= y[rng.integers(0, y.size, size=(reps, y.size))].mean(axis=1)
+    boots /= len(tasks)
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.percentile(boots, [100 * alpha, 100 * (1 - alpha)])
+    return point / len(tasks), float(lo), float(hi)
+
+
+def bootstrap_probability(
+    x: Sequence[float] | np.ndarray,
+    predicate: Callable[[np.ndarray], np.ndarray],
+    *,
+    reps: int = BOOTSTRAP_REPS,
+    seed: int = BOOTSTRAP_SEED,
+) -> float:
+    """Fraction of bootstrap resamples of ``x`` (rows of a (reps, n) array) for which
+    ``predicate`` holds, e.g. "the mean violation over seeds is at most tol"."""
+    a = np.asarray(x, dtype=float)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError("bootstrap_probability needs a non-empty 1-d sample")
+    rng = np.random.default_rng(seed)
+    resampled = a[rng.integers(0, a.size, size=(reps, a.size))]
+    return float(np.mean(predicate(resampled)))

@@ -66,7 +66,8 @@ def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
             "--config.episodes_per_iter", "2", "--config.lr_lambda=0.1")
     r = cgrpo(*args)
     assert r.returncode == 0, r.stderr
-    assert "eval return" in r.stdout
+    assert "final policy, 3 episodes from reset seeds 1000000+i, sampled actions" in r.stdout
+    assert "vs limit 0.2" in r.stdout and "average iterate" in r.stdout
     run = tmp_path / "Grid" / "HazardFuel3x3-v0" / "cgrpo_toy_agent_ToyAgent" / "seed_1"
     config = json.loads((run / "config.json").read_text())
     assert config["run"]["config"] == {"episodes_per_iter": 2, "lr_lambda": 0.1}
@@ -102,7 +103,13 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     md = (bench_dir / "leaderboard.md").read_text()
     assert md + "\n" == r.stdout or md == r.stdout.rstrip("\n") or md.strip() == r.stdout.strip()
     assert (bench_dir / "leaderboard.html").read_text().startswith("<!DOCTYPE html>")
-    ok = cgrpo("leaderboard", str(bench_dir), "--check", str(bench_dir / "results.csv"))
+    # The results' own runs clash with themselves (the rule --add applies); renamed, they pass.
+    clash = cgrpo("leaderboard", str(bench_dir), "--check", str(bench_dir / "results.csv"))
+    assert clash.returncode == 1 and "in the results already" in clash.stdout, clash.stdout + clash.stderr
+    renamed = tmp_path / "renamed.csv"
+    table = pd.read_csv(bench_dir / "results.csv")
+    table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False)).to_csv(renamed, index=False)
+    ok = cgrpo("leaderboard", str(bench_dir), "--check", str(renamed))
     assert ok.returncode == 0 and ok.stdout.startswith("OK"), ok.stdout + ok.stderr
     bad = tmp_path / "bad.csv"
     pd.read_csv(bench_dir / "results.csv").drop(columns=["kind"]).to_csv(bad, index=False)
@@ -120,3 +127,93 @@ def test_plot(bench_dir: Path):
 def test_malformed_results_get_a_clear_error(tmp_path: Path):
     r = cgrpo("leaderboard", str(tmp_path / "missing"))
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------- input validation (issue 17)
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    """``cgrpo ARGV`` in this process: exit status and stderr."""
+    from constrained_grpo.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:  # argparse usage errors
+        code = int(exc.code or 0)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["train", TASK, TOY, "--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["train", TASK, TOY, "--steps", "0"], "--steps must be >= 1, got 0"),
+        (["check", TASK, "--steps", "-5"], "--steps must be >= 1, got -5"),
+        (["bench", "--workers", "0"], "--workers must be >= 1, got 0"),
+        (["bench", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["leaderboard", ".", "--tol", "nan"], "--tol must be a finite number >= 0"),
+        (["leaderboard", ".", "--tol", "inf"], "--tol must be a finite number >= 0"),
+        (["leaderboard", ".", "--tol", "-1"], "--tol must be a finite number >= 0"),
+        (["leaderboard", ".", "--check", "."], "--check . is a folder; give the submission's CSV file"),
+        (["train", TASK, TOY, "--config.lr", "[1,"], "--config.lr: '[1,' is not a valid value"),
+        (["train", TASK, TOY, "--config.lr", "NaN"], "NaN is not a finite number"),
+        (["train", TASK, TOY, "--config.env_kwargs", '{"size": 3000'], "--config.env_kwargs"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors_before_any_work(capsys, tmp_path: Path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    code, err = run_main(capsys, *argv, *(["--out", str(tmp_path / "out")] if argv[0] in ("train", "bench") else []))
+    assert code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing written
+
+
+def test_unwritable_out_is_a_one_line_error(capsys, tmp_path: Path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    code, err = run_main(capsys, "train", TASK, TOY, "--out", str(blocked / "runs"))
+    assert code == 2 and f"--out {blocked / 'runs'} is not a writable folder" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--config.lr", "true", "GRPOConfig option 'lr' takes a number, got True"),
+        ("--config.lr", "abc", "GRPOConfig option 'lr' takes a number, got 'abc'"),
+        ("--config.group_size", "2.5", "GRPOConfig option 'group_size' takes an integer, got 2.5"),
+        ("--config.multiplier", '{"lr": "fast"}', "MultiplierConfig option 'lr' takes a number, got 'fast'"),
+    ],
+)
+def test_config_values_of_the_wrong_type_name_the_field(capsys, tmp_path: Path, option, value, message):
+    code, err = run_main(capsys, "train", TASK, "cgrpo", "--steps", "10", "--out", str(tmp_path), option, value)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []  # no half-made run folder left behind
+
+
+def test_grid_sizes_are_bounded_before_memory_runs_out():
+    import gymnasium as gym
+
+    import constrained_grpo.envs  # noqa: F401  (registers the tasks)
+
+    with pytest.raises(ValueError, match=r"size=3000 is too large: grid sizes go up to 64"):
+        gym.make("Grid/HazardFuel-v0", size=3000)
+    with pytest.raises(ValueError, match=r"too large: at most 4096 cells"):
+        gym.make("Grid/HazardFuel-v0", layout=("S" + "." * 99 + "G",) * 50)
+
+
+def test_train_refuses_a_complete_run_with_other_settings_unless_forced(capsys, tmp_path: Path):
+    """A run trained with --steps 300 is not "complete already" for --steps 200."""
+    sys.path.insert(0, str(HERE / "eval"))
+    try:
+        base = ["train", TASK, TOY, "--steps", "300", "--eval-episodes", "2", "--no-save", "--out", str(tmp_path)]
+        assert run_main(capsys, *base)[0] == 0
+        run = tmp_path / "Grid" / "HazardFuel3x3-v0" / "cgrpo_toy_agent_ToyAgent" / "seed_0"
+        other = [*base[:4], "200", *base[5:]]
+        code, err = run_main(capsys, *other)
+        assert code == 2 and "holds a completed run with settings" in err and "--force" in err
+        assert json.loads((run / "config.json").read_text())["run"]["steps"] == 300
+        code, err = run_main(capsys, *other, "--force")
+        assert code == 0, err
+        assert json.loads((run / "config.json").read_text())["run"]["steps"] == 200
+        assert run_main(capsys, *other)[0] == 0  # the same settings: complete already
+    finally:
+        sys.path.remove(str(HERE / "eval"))

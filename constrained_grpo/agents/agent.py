@@ -35,6 +35,7 @@ from constrained_grpo.agents.config import GRPOConfig, make_config, merge_option
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
+from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
 
@@ -170,6 +171,11 @@ class GRPOAgent:
             return np.zeros(0)
         return self.trainer.multiplier.values.copy()
 
+    @property
+    def lambda_max(self) -> float | None:
+        """The bound of the multipliers' projection [0, lambda_max] (None when unconstrained)."""
+        return None if self.trainer.multiplier is None else float(self.trainer.multiplier.config.lambda_max)
+
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "GRPOAgent":
         """Train for ``total_env_steps`` env steps, calling ``log(record)`` every iteration."""
         self.trainer.train(total_env_steps, log)
@@ -184,6 +190,10 @@ class GRPOAgent:
             else:
                 action, _ = self.policy.sample(obs_t, self._eval_generator)
         return self.adapter.env_action(action)[0]
+
+    def seed_evaluation(self, seed: int) -> None:
+        """Restart the generator that ``act(obs, deterministic=False)`` samples with."""
+        self._eval_generator = torch.Generator().manual_seed(int(seed))
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> EvalResult:
         """``n_episodes`` episodes from reset seeds ``eval_seed + i``.
@@ -221,20 +231,26 @@ class GRPOAgent:
         from a directory with :func:`load_agent`.
         """
         src = Path(path)
-        meta = json.loads((src / CONFIG_FILE).read_text())
-        saved = GRPOConfig.from_dict(meta["config"])
+        meta = read_saved_json(src / CONFIG_FILE, ("algo", "env_id", "config"), "saved GRPO agent")
+        with reading_checkpoint(src / CONFIG_FILE, "agent config"):
+            saved = GRPOConfig.from_dict(meta["config"])
         if meta["env_id"] != self.env_id or saved != self.config:
             raise ValueError(
                 f"{src} holds a {meta['algo']!r} run on {meta['env_id']!r} with another config; "
                 "use constrained_grpo.agents.load_agent(path) to rebuild that agent"
             )
-        tensors = load_file(str(src / WEIGHTS_FILE))
-        self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
-        ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
-        if ref and self.trainer.reference is not None:
-            self.trainer.reference.load_state_dict(ref)
-        self.trainer.load_optimizer_tensors(tensors)
-        self.trainer.load_state(json.loads((src / STATE_FILE).read_text()))
+        if not (src / WEIGHTS_FILE).is_file():
+            raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
+        with reading_checkpoint(src / WEIGHTS_FILE, "policy weights and optimiser state"):
+            tensors = load_file(str(src / WEIGHTS_FILE))
+            self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+            ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
+            if ref and self.trainer.reference is not None:
+                self.trainer.reference.load_state_dict(ref)
+            self.trainer.load_optimizer_tensors(tensors)
+        state = read_saved_json(src / STATE_FILE, (), "saved GRPO agent")
+        with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
+            self.trainer.load_state(state)
         return self
 
 
@@ -272,10 +288,14 @@ def load_agent(path: str | Path) -> "GRPOAgent | TextGRPOAgent":
     A text agent's ``config.json`` says ``"kind": "text"``; it is rebuilt by
     :func:`~constrained_grpo.agents.text_agent.load_text_agent`.
     """
-    meta = json.loads((Path(path) / CONFIG_FILE).read_text())
+    file = Path(path) / CONFIG_FILE
+    meta = read_saved_json(file, ("env_id", "seed", "algo", "config"), "saved GRPO agent")
     if meta.get("kind") == "text":
         from constrained_grpo.agents.text_agent import load_text_agent
 
         return load_text_agent(path)
-    agent = GRPOAgent(meta["env_id"], seed=meta["seed"], algo=meta["algo"], **meta["config"])
+    if not isinstance(meta["config"], dict):
+        raise CheckpointError(f"{file}: 'config' must be a JSON object, got {meta['config']!r}")
+    with reading_checkpoint(file, "agent recorded in it"):
+        agent = GRPOAgent(meta["env_id"], seed=meta["seed"], algo=meta["algo"], **meta["config"])
     return agent.load(path)

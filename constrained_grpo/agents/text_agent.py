@@ -43,7 +43,14 @@ from constrained_grpo.agents.lm_transformer import TinyCausalLM, TinyLMConfig
 from constrained_grpo.agents.text_adapter import TextRolloutAdapter, is_text_env
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
-from constrained_grpo.options import coerce_fields, option_names, with_options
+from constrained_grpo.options import (
+    CheckpointError,
+    coerce_fields,
+    option_names,
+    read_saved_json,
+    reading_checkpoint,
+    with_options,
+)
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import make_env
 
@@ -250,6 +257,11 @@ class TextGRPOAgent:
             return np.zeros(0)
         return self.trainer.multiplier.values.copy()
 
+    @property
+    def lambda_max(self) -> float | None:
+        """The bound of the multipliers' projection [0, lambda_max] (None when unconstrained)."""
+        return None if self.trainer.multiplier is None else float(self.trainer.multiplier.config.lambda_max)
+
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "TextGRPOAgent":
         """Train on ``total_env_steps`` completions, calling ``log(record)`` every iteration."""
         self.policy.train()
@@ -263,10 +275,12 @@ class TextGRPOAgent:
         gen = self.policy.generate(ids, self.lm.max_new_tokens, greedy=deterministic, generator=self.adapter.generator)
         return self.policy.decode(gen.completion_ids(0))
 
-    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> EvalResult:
-        """``n_episodes`` problems from reset seeds ``eval_seed + i``; summary in ``last_eval``."""
-        generator = torch.Generator().manual_seed(self.config.eval_seed)
-        result, summary = self.adapter.evaluate(self.policy, n_episodes, self.config.eval_seed, deterministic, generator)
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
+        """``n_episodes`` problems from reset seeds ``seed + i`` (default ``eval_seed``), sampling
+        with a generator seeded by ``seed``; summary in ``last_eval``."""
+        seed = self.config.eval_seed if seed is None else int(seed)
+        generator = torch.Generator().manual_seed(seed)
+        result, summary = self.adapter.evaluate(self.policy, n_episodes, seed, deterministic, generator)
         self.last_eval = summary
         return result
 
@@ -292,19 +306,26 @@ class TextGRPOAgent:
     def load(self, path: str | Path) -> "TextGRPOAgent":
         """Restore weights, optimiser and multipliers saved by :meth:`save` into this agent."""
         src = Path(path)
-        meta = json.loads((src / CONFIG_FILE).read_text())
-        if meta.get("kind") != "text" or meta["env_id"] != self.env_id or GRPOConfig.from_dict(meta["config"]) != self.config:
+        meta = read_saved_json(src / CONFIG_FILE, ("kind", "algo", "env_id", "config"), "saved text agent")
+        with reading_checkpoint(src / CONFIG_FILE, "agent config"):
+            saved = GRPOConfig.from_dict(meta["config"])
+        if meta.get("kind") != "text" or meta["env_id"] != self.env_id or saved != self.config:
             raise ValueError(
                 f"{src} holds a {meta.get('algo')!r} run on {meta.get('env_id')!r} with another config; "
                 "use constrained_grpo.agents.text_agent.load_text_agent(path) to rebuild that agent"
             )
-        tensors = load_file(str(src / WEIGHTS_FILE))
-        self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
-        ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
-        if ref and self.trainer.reference is not None:
-            self.trainer.reference.load_state_dict(ref)
-        self.trainer.load_optimizer_tensors(tensors)
-        self.trainer.load_state(json.loads((src / STATE_FILE).read_text()))
+        if not (src / WEIGHTS_FILE).is_file():
+            raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
+        with reading_checkpoint(src / WEIGHTS_FILE, "language-model weights and optimiser state"):
+            tensors = load_file(str(src / WEIGHTS_FILE))
+            self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+            ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
+            if ref and self.trainer.reference is not None:
+                self.trainer.reference.load_state_dict(ref)
+            self.trainer.load_optimizer_tensors(tensors)
+        state = read_saved_json(src / STATE_FILE, (), "saved text agent")
+        with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
+            self.trainer.load_state(state)
         return self
 
 
@@ -330,7 +351,11 @@ def make_text_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> TextGRPOA
 
 def load_text_agent(path: str | Path) -> TextGRPOAgent:
     """Rebuild the text agent saved in directory ``path`` (no warm start: weights are loaded)."""
-    meta = json.loads((Path(path) / CONFIG_FILE).read_text())
-    lm = LMConfig().updated({**meta["lm"], "sft_steps": 0}) if meta["lm"].get("init_from") is None else LMConfig().updated(meta["lm"])
-    agent = TextGRPOAgent(meta["env_id"], seed=meta["seed"], preset=meta.get("preset", "standard"), algo=meta["algo"], lm=lm, **meta["config"])
+    file = Path(path) / CONFIG_FILE
+    meta = read_saved_json(file, ("kind", "env_id", "seed", "algo", "config", "lm"), "saved text agent")
+    if not isinstance(meta["lm"], dict) or not isinstance(meta["config"], dict):
+        raise CheckpointError(f"{file}: 'lm' and 'config' must be JSON objects; the file was edited or damaged")
+    with reading_checkpoint(file, "text agent recorded in it"):
+        lm = LMConfig().updated({**meta["lm"], "sft_steps": 0}) if meta["lm"].get("init_from") is None else LMConfig().updated(meta["lm"])
+        agent = TextGRPOAgent(meta["env_id"], seed=meta["seed"], preset=meta.get("preset", "standard"), algo=meta["algo"], lm=lm, **meta["config"])
     return agent.load(path)

@@ -28,6 +28,11 @@ class Variant:
     def constrained(self) -> bool:
         return self.options.get("aggregator", "scadv") != "reward"
 
+    @property
+    def lambda_in_reward_units(self) -> bool:
+        """ScRew scalarizes R - sum lambda C before normalizing: lambda is in reward units."""
+        return self.options.get("aggregator") == "screw"
+
 
 _TABLE: tuple[Variant, ...] = (
     Variant("cgrpo", "Constrained GRPO: scalarize z-scored reward and cost advantages (ScAdv, arXiv 2602.05863)"),
@@ -46,7 +51,11 @@ _TABLE: tuple[Variant, ...] = (
         {"aggregator": "dara", "dara_symmetric": False},
     ),
     Variant("cgrpo-softmax", "ScAdv with SoftmaxGRPO's G softmax(x/tau) - 1 estimator (arXiv 2608.09271)", {"estimator": "softmax"}),
-    Variant("cgrpo-maxrl", "ScAdv with MaxRL's (x - mean) / mean estimator (arXiv 2602.02710)", {"estimator": "maxrl"}),
+    Variant(
+        "cgrpo-maxrl",
+        "ScAdv with MaxRL's (x - mean) / mean estimator (arXiv 2602.02710); a negative batch minimum is shifted to 0",
+        {"estimator": "maxrl"},
+    ),
     Variant(
         "cgrpo-drgrpo",
         "ScAdv with Dr. GRPO: mean-only baseline, no length normalization of the loss",
@@ -82,4 +91,5 @@ def register_variants() -> None:
             defaults={"algo": v.name, **v.options},
             description=v.description,
             constrained=v.constrained,
+            lambda_in_reward_units=v.lambda_in_reward_units,
         )

@@ -12,6 +12,7 @@ committed, ``runs.csv`` and ``results.csv`` are compared when they are.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -71,12 +72,19 @@ def test_leaderboard_regenerates_byte_for_byte(tmp_path: Path) -> None:
         "`cgrpo leaderboard results/` and commit " + ", ".join(f"results/{m}" for m in missing)
     )
 
-    proc = subprocess.run(
-        [*cgrpo_command(), "leaderboard", "results", "--quiet"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
-    )
-    assert proc.returncode == 0, f"cgrpo leaderboard results/ failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    # Twice, with one and with two BLAS threads: what is written must not depend on the
+    # machine's summation order.
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        proc = subprocess.run(
+            [*cgrpo_command(), "leaderboard", "results", "--quiet"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=900, env=env,
+        )
+        assert proc.returncode == 0, f"cgrpo leaderboard results/ failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+        _compare(outputs, dest, threads)
 
+
+def _compare(outputs: set[str], dest: Path, threads: str) -> None:
     for name in sorted(outputs):
         committed = (RESULTS / name).read_bytes()
         regenerated = (dest / name).read_bytes()
@@ -84,7 +92,8 @@ def test_leaderboard_regenerates_byte_for_byte(tmp_path: Path) -> None:
             a, b = committed.decode("utf-8", "replace").splitlines(), regenerated.decode("utf-8", "replace").splitlines()
             first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             pytest.fail(
-                f"results/{name} differs from what `cgrpo leaderboard results/` writes from the committed runs, "
+                f"results/{name} differs from what `cgrpo leaderboard results/` writes from the committed runs "
+                f"({threads} BLAS thread(s)), "
                 f"first at line {first + 1}:\n  committed:   {a[first] if first < len(a) else '<end of file>'}\n"
                 f"  regenerated: {b[first] if first < len(b) else '<end of file>'}\n"
                 "Regenerate it with `cgrpo leaderboard results/` and commit the result."

@@ -107,6 +107,10 @@ class ToyAgent:
             if self.sleep_s:
                 time.sleep(self.sleep_s)
 
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> int:
+        """Uniformly random (both policies: the toy has no mode), from the evaluation's stream."""
+        return int(np.random.randint(4))
+
     def evaluate(self, n_episodes: int, deterministic: bool = True) -> EvalResult:
         rng = np.random.default_rng(10_000 + self.seed)  # independent of training's stream
         return rollout_episodes(self.env, lambda obs: int(rng.integers(4)), n_episodes, seed=10_000 + self.seed)

@@ -201,7 +201,7 @@ def test_run_metrics_by_hand(runs_dir: Path) -> None:
     # lambda_hazard = t: second half 6..10 at steps 600..1000: TV 4, no reversal,
     # drift 2 (s1 - s0) / (s1 + s0) = 0.5, R^2 1, overshoot 0.
     assert s0["tv_hazard"] == pytest.approx(4.0) and s0["osc_hazard"] == 0
-    assert s0["drift_hazard"] == pytest.approx(0.5) and s0["r2_hazard"] == pytest.approx(1.0)
+    assert s0["drift_hazard"] == pytest.approx(0.5) and s0["stability_class_hazard"] == "diverging"
     assert s0["max_lambda_hazard"] == 10.0 and s0["tail_lambda_hazard"] == pytest.approx(9.5)
     # eff_w_reward second half 0.2, 0.4, 0.2, 0.4, 0.2: mean 0.28, std sqrt(0.048 / 5).
     assert s0["effw_mean_reward"] == pytest.approx(0.28) and s0["effw_std_reward"] == pytest.approx(math.sqrt(0.0096))

@@ -13,14 +13,15 @@ from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.leaderboard import build_leaderboard, check_submission, render_html, render_markdown, write_leaderboard
 from constrained_grpo.eval.loader import ResultsError, load_results
 from constrained_grpo.eval.plots import make_plots
-from constrained_grpo.eval.runner import TaskMeta
+from constrained_grpo.eval.runner import EVAL_SEED, TaskMeta
 
 META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
                 optimal_multipliers=(0.5,))
 
 
-def table_of(runs: dict[str, tuple[float, float, np.ndarray | None]], seeds: int = 3) -> pd.DataFrame:
-    """Runs of algorithms given (eval return, eval hazard rate, multiplier series or None)."""
+def table_of(runs: dict[str, tuple[float, float, np.ndarray | None]], seeds: int = 5) -> pd.DataFrame:
+    """Runs of algorithms given (eval return, eval hazard rate, multiplier series or None),
+    evaluated on the same reset seeds (the harness's protocol)."""
     rows = []
     for algo, (ret, hazard, lam) in runs.items():
         for seed in range(seeds):
@@ -30,7 +31,8 @@ def table_of(runs: dict[str, tuple[float, float, np.ndarray | None]], seeds: int
                              "env_steps": 100 * (t + 1), "wall_s": 0.1 * t, "return": ret, "length": np.nan,
                              "cost_hazard": hazard, "lambda_hazard": np.nan if lam is None else lam[t]})
             for i in range(10):
-                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval", "iteration": i,
+                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval",
+                             "policy": "sampled", "iteration": i, "reset_seed": EVAL_SEED + i,
                              "env_steps": 100 * n, "wall_s": np.nan, "return": ret + 0.01 * seed, "length": 5.0,
                              "cost_hazard": float(i < round(hazard * 10)), "lambda_hazard": np.nan if lam is None else lam[-1]})
     return pd.DataFrame(rows)
@@ -47,14 +49,15 @@ def test_ranking_is_return_subject_to_satisfaction():
     lb = build_leaderboard(table, {META.task: META}, reps=200)
     ranked = lb.per_task[META.task]
     assert list(ranked["algo"]) == ["safe", "safer", "almost", "greedy"]
-    assert list(ranked["feasible"]) == [True, True, False, False]
-    assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.51) / 2.0)
+    assert list(ranked["rank"]) == [1, 2, 3, 4]
+    assert list(ranked["verdict"]) == ["yes", "yes", "no", "no"]
+    assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.52) / 2.0)
     stab = ranked.set_index("algo")["stability"]
-    assert stab["safe"] == pytest.approx(1.0) and stab["almost"] < 0.5 and np.isnan(stab["greedy"])
+    assert stab["safe"] > 0.9 and stab["almost"] < stab["safer"] and np.isnan(stab["greedy"])
     overall = lb.overall["toy"]
     assert list(overall["algo"]) == ["safe", "safer", "almost", "greedy"]
     md = render_markdown(lb)
-    assert "| 1 | safe | 3 | yes |" in md and "probability of improvement" in md
+    assert "| 1 | safe | 5 | 5/5 | 1.00 |" in md and "probability of improvement" in md
     assert "<td>safe</td>" in render_html(lb)
 
 
@@ -91,7 +94,7 @@ def test_check_accepts_a_good_submission(submission: Path):
         (lambda df: df.drop(columns=["return"]), r"missing column\(s\) \['return'\]"),
         (lambda df: df.assign(env_steps=df["env_steps"].astype(str).where(df.index > 0, "ten")), r"'env_steps' must hold numbers"),
         (lambda df: df.assign(cost_hazard=df["cost_hazard"].where(df["kind"] == "train", np.nan)), r"'cost_hazard' has empty or NaN cells in eval"),
-        (lambda df: df.assign(algo="bad name!"), r"algorithm name 'bad name!'"),
+        (lambda df: df.assign(algo="bad name!"), r"'bad name!' \(it must match"),
         (lambda df: df.assign(task="Grid/NoSuchTask-v0"), r"unknown task 'Grid/NoSuchTask-v0'"),
         (lambda df: df.assign(notes="x"), r"unknown column\(s\) \['notes'\]"),
     ],

@@ -15,7 +15,7 @@ import pytest
 from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
-from constrained_grpo.eval.runner import RunSpec, execute_run
+from constrained_grpo.eval.runner import EVAL_SEED, RunSpec, execute_run
 
 NAMES = ["hazard", "fuel"]
 
@@ -71,7 +71,11 @@ def test_run_directory_layout_and_config(toy_results: Path):
     assert config["command"].startswith(f"cgrpo train {TASK} {TOY} --seed 0 --steps 300")
     done = json.loads((path / "done.json").read_text())
     assert done["progress_rows"] == len(pd.read_csv(path / "progress.csv"))
-    assert done["eval_rows"] == 6
+    assert done["eval_rows"] == 12  # 6 episodes for each of the sampled and the deterministic policy
+    assert done["eval"] == {"episodes": 6, "first_seed": EVAL_SEED, "policies": ["sampled", "deterministic"], "owner": "harness"}
+    ev = pd.read_csv(path / "eval.csv")
+    assert list(ev["policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
+    assert list(ev["reset_seed"]) == [EVAL_SEED + i for i in range(6)] * 2
 
 
 def test_execute_run_reports_failure_with_traceback(tmp_path: Path):
@@ -100,7 +104,9 @@ def test_load_results_builds_the_long_table(toy_results: Path):
     assert un["lambda_hazard"].isna().all()
     con = t[(t["algo"] == TOY) & (t["seed"] == 0)]
     assert (con[con["kind"] == "eval"]["lambda_hazard"] == con[con["kind"] == "train"]["lambda_hazard"].iloc[-1]).all()
-    assert len(con[con["kind"] == "eval"]) == 6
+    assert len(con[con["kind"] == "eval"]) == 12
+    assert list(con.loc[con["kind"] == "eval", "policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
+    assert con["policy"][con["kind"] == "train"].isna().all()
     assert res.tasks[TASK].optimum_return == pytest.approx(1.2)
     assert [p.name for p in find_runs(toy_results)] == ["seed_0", "seed_1", "seed_0", "seed_1"]
 
