@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 # The test suite exercises every family and backend, so the default install takes every
 # extra; `make install EXTRAS=dev` gives the base package plus the test tools.
-EXTRAS ?= dev,ray,highway,math,llm
+EXTRAS ?= dev,ray,highway,math,llm,trl
 
 .PHONY: install test demo bench clean safety
 
@@ -29,8 +29,14 @@ demo: $(STAMP)
 	$(VENV)/bin/cgrpo bench --preset quick --out runs/quick
 	$(VENV)/bin/cgrpo leaderboard runs/quick
 
+# Every speed benchmark (constrained_grpo.eval.speed_*), one CSV each in results/bench;
+# training.csv (training throughput of every algorithm beside plain SB3 PPO, and
+# time-to-criterion with a 10M-step cap, 3 seeds) takes about an hour of one core: run it
+# alone. `make bench BENCH_ONLY="training"` runs a subset.
+BENCH_ONLY ?=
+
 bench: $(STAMP)
-	$(PY) -m constrained_grpo.eval.speed --out results/bench
+	$(PY) -m constrained_grpo.eval.speed --out results/bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
