@@ -19,12 +19,9 @@ string otherwise. For ``bench``, ``--config.ALGO.FIELD VALUE`` sets it for one a
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -108,7 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("env_id", metavar="ENV_ID")
     c.add_argument("--steps", type=int, default=300, help="random steps to check (default 300)")
 
-    sub.add_parser("algos", help="list the registered algorithms")
+    al = sub.add_parser("algos", help="list the registered algorithms; with NAME --task ID, its whole configuration")
+    al.add_argument("name", nargs="?", metavar="NAME", help="show this algorithm's resolved configuration")
+    al.add_argument("--task", metavar="ID", help="the task the configuration is resolved for (with NAME)")
 
     t = sub.add_parser("train", help="train and evaluate one run", epilog="Agent options: --config.FIELD VALUE.")
     t.add_argument("task", metavar="TASK")
@@ -168,15 +167,15 @@ def _writable_dir(path: Path, option: str) -> None:
         raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
 
 
-#: Last traceback lines of an agent config rejected by constrained_grpo.options.
-_OPTION_ERROR = re.compile(r"(?:constrained_grpo\.options\.OptionError|ValueError): ((?:\S+ option '.*' takes|unknown .*option\(s\)).*)")
+def _resolve(algo: str, task: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The run's whole configuration (``registry.resolve_config``), or a one-line error
+    naming the option, before any folder is made or any run starts."""
+    from constrained_grpo.registry import resolve_config
 
-
-def _option_error(traceback_text: str) -> str | None:
-    """The message of a run that failed because its agent options were rejected, else None."""
-    lines = traceback_text.rstrip().splitlines()
-    match = _OPTION_ERROR.fullmatch(lines[-1]) if lines else None
-    return None if match is None else match.group(1)
+    try:
+        return resolve_config(algo, task, **config)
+    except (ValueError, TypeError) as err:
+        raise CliError(f"--config for {algo} on {task}: {err}") from None
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -258,6 +257,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_algos(args: argparse.Namespace) -> int:
     from constrained_grpo.registry import agent_spec, list_agents
 
+    if args.name is not None:
+        agent_spec(args.name)
+        if args.task is None:
+            raise CliError(f"cgrpo algos {args.name} needs --task ID: the configuration depends on the task's family")
+        print(json.dumps(_resolve(args.name, args.task, {}), indent=2, sort_keys=True))
+        return 0
     names = list_agents()
     if not names:
         print("no algorithm is registered (constrained_grpo.agents and constrained_grpo.baselines register theirs on import)")
@@ -277,6 +282,7 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.registry import agent_spec
 
     agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
+    _resolve(args.algo, args.task, config)  # misspelled or mistyped options too
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
     path = spec.run_dir(args.out)
     if storage.is_complete(path):
@@ -304,16 +310,6 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     outcome = execute_run(spec, args.out, meta=meta, on_progress=progress)
     bar.close()
     if outcome.status != "done":
-        option_error = _option_error(outcome.error or "")
-        if option_error is not None:
-            # A bad --config value: a usage error, not a failed run worth keeping.
-            shutil.rmtree(path, ignore_errors=True)
-            for parent in path.parents:  # the folders this run created, up to --out
-                if parent == args.out or not parent.is_relative_to(args.out):
-                    break
-                with contextlib.suppress(OSError):
-                    parent.rmdir()  # only when empty
-            raise CliError(f"--config: {option_error}")
         print(f"run {spec.key} {outcome.status}:\n{outcome.error}", file=sys.stderr)
         return 1
     from constrained_grpo.eval.loader import load_run
@@ -370,6 +366,12 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     merged = {a: {**dict(preset.config.get(a, {})), **per_algo[a]} for a in preset.algos}
     preset = replace(preset, config=merged)
     specs = preset.runs(save_agent=not args.no_save)
+    checked: set[str] = set()
+    for spec in specs:  # configuration errors are the user's to fix, never a run to retry
+        key = json.dumps([spec.algo, spec.task, spec.config], sort_keys=True)
+        if key not in checked:
+            checked.add(key)
+            _resolve(spec.algo, spec.task, dict(spec.config))
     out = args.out if args.out is not None else Path("runs") / preset.name
     print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
           + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)
@@ -405,7 +407,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from constrained_grpo.eval.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
-    from constrained_grpo.eval.loader import ResultsError, check_submission_table, validate_table
+    from constrained_grpo.eval.loader import ResultsError, validate_table
 
     if args.check is not None:
         tasks, existing = None, None
@@ -416,7 +418,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
                 tasks = None  # no usable runs: check against the registered tasks
         try:
             # The rules of --add exactly, the clash with the results included.
-            table, _ = check_submission_table(args.check, tasks, existing)
+            table, _ = check_submission(args.check, tasks, existing)
         except ResultsError as err:
             print(f"REJECTED {args.check}: {err}")
             return 1
@@ -428,7 +430,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     table, tasks = _load(args.dir, args.allow_incomplete)
     added: set[str] = set()
     for extra in args.add:
-        sub, sub_tasks = check_submission_table(extra, tasks, table)
+        sub, sub_tasks = check_submission(extra, tasks, table)
         table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
         added |= set(sub["algo"])
     props = _algo_properties(args.dir)

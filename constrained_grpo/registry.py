@@ -30,6 +30,7 @@ __all__ = [
     "load_entry_point",
     "make_agent",
     "register_agent",
+    "resolve_config",
     "flatten_log_record",
     "validate_log_record",
 ]
@@ -187,6 +188,21 @@ def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
     factory = load_entry_point(spec.entry_point)
     merged = {**spec.defaults, **config}
     return factory(env_id, seed=seed, **merged)
+
+
+def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
+    """The whole configuration ``make_agent(name, env_id, **config)`` would build, as JSON
+    values, validated without building the agent (a misspelled option or a value of the
+    wrong type raises the agent's one-line error).
+
+    The factory resolves it when it offers ``factory.resolve_config(env_id, **options)``
+    (every built-in family does); otherwise the options as given are the configuration.
+    """
+    spec = agent_spec(name)
+    factory = load_entry_point(spec.entry_point)
+    merged = {**spec.defaults, **config}
+    resolver = getattr(factory, "resolve_config", None)
+    return dict(resolver(env_id, **merged)) if callable(resolver) else {"config": merged}
 
 
 def flatten_log_record(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:

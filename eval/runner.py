@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import Constraint, get_constraints, override_limits
-from constrained_grpo.registry import EvalResult, agent_spec, make_agent
+from constrained_grpo.registry import EvalResult, agent_spec, make_agent, resolve_config
 from constrained_grpo.tasks import make_env, rollout_episodes
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.storage import (
@@ -362,6 +362,8 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "description": spec_info.description,
             "constrained": spec_info.constrained,
             "lambda_in_reward_units": spec_info.lambda_in_reward_units,
+            # What make_agent builds from defaults, variant, family table, preset and overrides.
+            "resolved": resolve_config(spec.algo, spec.task, **spec.config),
             "defaults": dict(spec_info.defaults),
             "config": dict(spec.config),
         },

@@ -217,3 +217,44 @@ def test_train_refuses_a_complete_run_with_other_settings_unless_forced(capsys, 
         assert run_main(capsys, *other)[0] == 0  # the same settings: complete already
     finally:
         sys.path.remove(str(HERE / "eval"))
+
+
+def test_bench_refuses_a_bad_option_before_any_run(capsys, tmp_path: Path):
+    code, err = run_main(capsys, "bench", "--preset", "quick", "--tasks", TASK, "--algos", "cgrpo", "ppo-lag",
+                         "--seeds", "1", "--steps", "100", "--no-progress", "--out", str(tmp_path / "b"),
+                         "--config.cgrpo.entropy_coeff", "0.1")
+    assert code == 2 and "Traceback" not in err
+    assert "--config for cgrpo on Grid/HazardFuel3x3-v0: unknown GRPO option(s) ['entropy_coeff']" in err
+    assert not any((tmp_path / "b").rglob("config.json"))  # no run was started
+
+
+def test_train_and_bench_resolve_one_configuration_and_record_it(capsys, tmp_path: Path):
+    """One (algo, task, overrides) is one configuration, whichever command runs it, and
+    config.json records it whole; `cgrpo algos NAME --task ID` prints it."""
+    from constrained_grpo.eval.presets import resolve
+    from constrained_grpo.registry import resolve_config
+
+    overrides = {"lr": 0.02, "multiplier": {"lr": 0.3}}
+    code, _ = run_main(capsys, "train", TASK, "cgrpo", "--steps", "300", "--eval-episodes", "2", "--no-save",
+                       "--out", str(tmp_path / "t"), "--config.lr", "0.02", "--config.multiplier", '{"lr": 0.3}')
+    assert code == 0
+    recorded = json.loads(next((tmp_path / "t").rglob("config.json")).read_text())["algo"]["resolved"]
+    assert recorded == resolve_config("cgrpo", TASK, **overrides)
+    assert recorded["config"]["lr"] == 0.02 and recorded["config"]["multiplier"]["lr"] == 0.3
+    assert recorded["config"]["hidden_sizes"] == []  # the gridworld row of the family table applies
+    # bench builds the same RunSpec config for the same overrides when its preset adds none.
+    preset = resolve("standard", tasks=[TASK], algos=["cgrpo"], seeds=1, steps=300, eval_episodes=2)
+    bench_config = {**dict(preset.config.get("cgrpo", {})), **overrides}
+    assert resolve_config("cgrpo", TASK, **bench_config) == recorded
+    code = run_main(capsys, "algos", "cgrpo", "--task", TASK)[0]
+    assert code == 0
+
+
+def test_algos_prints_the_resolved_configuration(capsys):
+    from constrained_grpo.cli import main
+
+    assert main(["algos", "grpo-screw", "--task", TASK]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["algo"] == "grpo-screw" and shown["config"]["aggregator"] == "screw"
+    assert main(["algos", "grpo-screw"]) == 2
+    assert "needs --task ID" in capsys.readouterr().err

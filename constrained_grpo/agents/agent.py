@@ -127,6 +127,12 @@ def control_defaults(env_id: str) -> dict[str, Any]:
     return merge_options(CONTROL_OVERRIDES, *rows)
 
 
+def control_config(env_id: str, preset: str = "standard", **options: Any) -> GRPOConfig:
+    """The whole configuration of a control agent: the preset, then :func:`control_defaults`
+    of the task, then ``options`` (a ``multiplier`` dict merges key by key)."""
+    return make_config(preset, **merge_options(control_defaults(env_id), options))
+
+
 class GRPOAgent:
     """Constrained GRPO (and its variants) on a Gymnasium control task.
 
@@ -143,7 +149,7 @@ class GRPOAgent:
         self.env_id = env_id
         self.seed = int(seed)
         self.algo = algo
-        self.config: GRPOConfig = make_config(preset, **merge_options(control_defaults(env_id), options))
+        self.config: GRPOConfig = control_config(env_id, preset, **options)
         cfg = self.config
         if cfg.num_threads > 0:
             # Small MLPs run fastest single-threaded, and the machine is shared.
@@ -280,6 +286,31 @@ def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | T
     algo = config.get("algo", "cgrpo")
     variant = VARIANTS[algo].options if algo in VARIANTS else {}
     return GRPOAgent(env_id, seed=seed, **merge_options(variant, config))
+
+
+def resolve_grpo_config(env_id: str, **config: Any) -> dict[str, Any]:
+    """The configuration ``make_grpo_agent(env_id, **config)`` builds, as JSON values, without
+    building the agent: ``{"kind", "algo", "preset", "config"}`` (and ``"lm"`` on text tasks).
+    Raises the agent's own one-line error for a misspelled option or a value of the wrong type."""
+    from constrained_grpo.agents.variants import VARIANTS
+
+    if task_family(env_id) in TEXT_FAMILIES:
+        from constrained_grpo.agents.text_agent import resolve_text_config
+
+        return resolve_text_config(env_id, **config)
+    if "lm" in config:
+        raise ValueError(
+            f"lm={config['lm']!r} configures a language-model policy, but {env_id!r} is a "
+            f"{task_family(env_id)!r} task (text families: {sorted(TEXT_FAMILIES)}); drop the lm option"
+        )
+    algo = config.get("algo", "cgrpo")
+    options = merge_options(VARIANTS[algo].options if algo in VARIANTS else {}, config)
+    options.pop("algo", None)
+    preset = options.pop("preset", "standard")
+    return {"kind": "control", "algo": algo, "preset": preset, "config": control_config(env_id, preset, **options).to_dict()}
+
+
+make_grpo_agent.resolve_config = resolve_grpo_config  # type: ignore[attr-defined]
 
 
 def load_agent(path: str | Path) -> "GRPOAgent | TextGRPOAgent":

@@ -221,21 +221,11 @@ class TextGRPOAgent:
         lm: Mapping[str, Any] | LMConfig | None = None,
         **options: Any,
     ):
-        if preset not in TEXT_PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(TEXT_PRESETS)}")
         self.env_id = env_id
         self.seed = int(seed)
         self.algo = algo
         self.preset = preset
-        text = TEXT_PRESETS[preset]
-        overrides = dict(text.grpo)
-        for key, value in options.items():
-            if key == "multiplier" and isinstance(value, Mapping) and isinstance(overrides.get("multiplier"), Mapping):
-                overrides["multiplier"] = {**overrides["multiplier"], **value}  # merge, as make_grpo_agent does
-            else:
-                overrides[key] = value
-        self.config: GRPOConfig = make_config(preset, **overrides)
-        self.lm: LMConfig = lm if isinstance(lm, LMConfig) else text.lm.updated(dict(lm or {}))
+        self.config, self.lm = text_config(preset, lm, **options)
         cfg = self.config
         if cfg.num_threads > 0:
             # The small model is fastest single-threaded at these sizes, and the machine is shared.
@@ -329,15 +319,27 @@ class TextGRPOAgent:
         return self
 
 
-def make_text_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> TextGRPOAgent:
-    """Entry point for a GRPO variant on a text task (same options as ``make_grpo_agent``).
+def text_config(preset: str = "standard", lm: Mapping[str, Any] | LMConfig | None = None, **options: Any) -> tuple[GRPOConfig, LMConfig]:
+    """The whole configuration of a text agent: the text preset's GRPO options, then
+    ``options`` (a ``multiplier`` dict merges key by key); its language model from the
+    preset's, updated by ``lm``."""
+    if preset not in TEXT_PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(TEXT_PRESETS)}")
+    text = TEXT_PRESETS[preset]
+    overrides = dict(text.grpo)
+    for key, value in options.items():
+        if key == "multiplier" and isinstance(value, Mapping) and isinstance(overrides.get("multiplier"), Mapping):
+            overrides["multiplier"] = {**overrides["multiplier"], **value}  # merge, as make_grpo_agent does
+        else:
+            overrides[key] = value
+    return make_config(preset, **overrides), (lm if isinstance(lm, LMConfig) else text.lm.updated(dict(lm or {})))
 
-    ``algo`` selects the row of :data:`~constrained_grpo.agents.variants.VARIANTS` whose
-    options apply (``cgrpo`` by default); explicit options override them, and a
-    ``multiplier={...}`` dict is merged into the variant's multiplier options.
-    """
+
+def _text_options(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The variant's options under the user's (``algo`` picks the variant)."""
     from constrained_grpo.agents.variants import VARIANTS
 
+    config = dict(config)
     algo = config.pop("algo", "cgrpo")
     if algo not in VARIANTS:
         raise ValueError(f"unknown GRPO variant {algo!r}; choose one of {sorted(VARIANTS)}")
@@ -346,7 +348,28 @@ def make_text_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> TextGRPOA
     user_mult = config.pop("multiplier", None)
     if variant_mult or user_mult:
         config["multiplier"] = {**variant_mult, **dict(user_mult or {})}
-    return TextGRPOAgent(env_id, seed=seed, algo=algo, **{**options, **config})
+    return algo, {**options, **config}
+
+
+def resolve_text_config(env_id: str, **config: Any) -> dict[str, Any]:
+    """What ``make_text_grpo_agent(env_id, **config)`` configures, as JSON values, without
+    building the model: ``{"kind": "text", "algo", "preset", "config", "lm"}``."""
+    algo, options = _text_options(config)
+    preset = options.pop("preset", "standard")
+    lm = options.pop("lm", None)
+    cfg, lm_cfg = text_config(preset, lm, **options)
+    return {"kind": "text", "algo": algo, "preset": preset, "config": cfg.to_dict(), "lm": lm_cfg.to_dict()}
+
+
+def make_text_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> TextGRPOAgent:
+    """Entry point for a GRPO variant on a text task (same options as ``make_grpo_agent``).
+
+    ``algo`` selects the row of :data:`~constrained_grpo.agents.variants.VARIANTS` whose
+    options apply (``cgrpo`` by default); explicit options override them, and a
+    ``multiplier={...}`` dict is merged into the variant's multiplier options.
+    """
+    algo, options = _text_options(config)
+    return TextGRPOAgent(env_id, seed=seed, algo=algo, **options)
 
 
 def load_text_agent(path: str | Path) -> TextGRPOAgent:
