@@ -114,6 +114,7 @@ class CostRolloutBuffer(RolloutBuffer):
         super().__init__(buffer_size, observation_space, action_space, device, gae_lambda, gamma, n_envs)
 
     def reset(self) -> None:
+        self._torch_cache: tuple[th.Tensor, ...] | None = None
         self._cost_values_set = False  # every step's V_c given to add(), or set by set_cost_values()
         shape = (self.buffer_size, self.n_envs, self.n_costs)
         self.costs = np.zeros(shape, dtype=np.float32)
@@ -185,10 +186,29 @@ class CostRolloutBuffer(RolloutBuffer):
     def _get_samples(  # type: ignore[override]
         self, batch_inds: np.ndarray, env: VecNormalize | None = None
     ) -> CostRolloutBufferSamples:
-        base = super()._get_samples(batch_inds, env)
-        return CostRolloutBufferSamples(
-            *base,
-            self.to_torch(self.cost_values[batch_inds]),
-            self.to_torch(self.cost_advantages[batch_inds]),
-            self.to_torch(self.cost_returns[batch_inds]),
-        )
+        """The rows ``batch_inds`` of every flattened array, as SB3's ``_get_samples`` gives
+        them (same values and dtypes), gathered from tensors made once per rollout: one
+        ``index_select`` per field instead of a numpy gather and a tensor copy."""
+        if env is not None:  # SB3 normalises observations and rewards through the VecNormalize
+            base = super()._get_samples(batch_inds, env)
+            return CostRolloutBufferSamples(
+                *base,
+                self.to_torch(self.cost_values[batch_inds]),
+                self.to_torch(self.cost_advantages[batch_inds]),
+                self.to_torch(self.cost_returns[batch_inds]),
+            )
+        if self._torch_cache is None:
+            arrays = (
+                self.observations,
+                self.actions.astype(np.float32, copy=False),
+                self.values.reshape(-1),
+                self.log_probs.reshape(-1),
+                self.advantages.reshape(-1),
+                self.returns.reshape(-1),
+                self.cost_values,
+                self.cost_advantages,
+                self.cost_returns,
+            )
+            self._torch_cache = tuple(th.as_tensor(np.ascontiguousarray(a), device=self.device) for a in arrays)
+        index = th.as_tensor(batch_inds, device=self.device)
+        return CostRolloutBufferSamples(*(t.index_select(0, index) for t in self._torch_cache))

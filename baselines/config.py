@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import check_options, coerce_fields, option_names, with_options
 
-__all__ = ["COST_ADVANTAGE_NORMS", "PPOConfig", "PPOLagConfig"]
+__all__ = ["BATCHED_SIZES", "COST_ADVANTAGE_NORMS", "DUMMY_SIZES", "PPOConfig", "PPOLagConfig", "VEC_ENVS"]
 
 SelfConfig = TypeVar("SelfConfig", bound="PPOConfig")
 
@@ -26,6 +26,24 @@ SelfConfig = TypeVar("SelfConfig", bound="PPOConfig")
 COST_ADVANTAGE_NORMS: tuple[str, ...] = ("standardize", "center", "none")
 
 _ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
+
+#: Values of ``PPOConfig.vec_env``.
+VEC_ENVS: tuple[str, ...] = ("auto", "batched", "dummy")
+
+#: ``n_envs``, ``n_steps`` and ``batch_size`` where a task runs on its batched twin: 256 x 16
+#: = 4096 env steps per rollout, as 8 x 512 on a DummyVecEnv, in minibatches of 1024 (20
+#: Adam steps per rollout at 5 epochs, where minibatches of 256 made 80). One policy
+#: forward pass then serves 256 envs and a minibatch update of 1024 samples costs about
+#: what one of 256 did, so the gridworld's baselines train at about 50k env steps per CPU
+#: second instead of 10k (``make bench``: results/bench/training.csv). Episodes longer
+#: than a rollout's 16 steps are bootstrapped by the critics at its end.
+BATCHED_SIZES: dict[str, int] = {"n_envs": 256, "n_steps": 16, "batch_size": 1024}
+
+#: The same where the env copies are single envs in SB3's ``DummyVecEnv`` (one Python step
+#: each, or one worker process each for the Safety bridge): the former defaults.
+DUMMY_SIZES: dict[str, int] = {"n_envs": 8, "n_steps": 512, "batch_size": 256}
+
+_SIZE_FIELDS: tuple[str, ...] = ("n_envs", "n_steps", "batch_size")
 
 #: Prefix of the flat aliases of MultiplierConfig's fields.
 MULTIPLIER_PREFIX = "multiplier_"
@@ -36,11 +54,19 @@ class PPOConfig:
     """PPO (Schulman et al. 2017) as implemented by stable-baselines3 2.9.2."""
 
     # --- rollouts -------------------------------------------------------------
-    n_envs: int = 8
-    """Env copies stepped together (SB3 ``DummyVecEnv``); one rollout is
-    ``n_envs * n_steps`` env steps."""
-    n_steps: int = 512
-    """Steps per env copy and rollout (SB3 ``n_steps``)."""
+    n_envs: int | None = None
+    """Env copies stepped together; one rollout is ``n_envs * n_steps`` env steps.
+    None: :data:`BATCHED_SIZES` or :data:`DUMMY_SIZES`, by the ``vec_env`` a task gets
+    (:meth:`resolved`)."""
+    n_steps: int | None = None
+    """Steps per env copy and rollout (SB3 ``n_steps``); None: by ``vec_env``, as ``n_envs``."""
+    vec_env: str = "auto"
+    """How the env copies are stepped: ``batched`` (the task's own vector env from
+    ``make_vec_env``, e.g. the gridworld's numpy twin, through
+    :class:`~constrained_grpo.baselines.vec_env.GymVectorVecEnv`), ``dummy`` (SB3's
+    ``DummyVecEnv`` of single envs, one Python step each) or ``auto`` (``batched`` when the
+    task registers a batched twin, else ``dummy``). Both give the same episodes for the
+    same seeds and actions."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Task options passed to ``gymnasium.make`` (Contract 1: constructor keywords)."""
 
@@ -49,8 +75,8 @@ class PPOConfig:
     """Adam step size of actor and critics."""
     n_epochs: int = 5
     """Passes over each rollout."""
-    batch_size: int = 256
-    """Minibatch size."""
+    batch_size: int | None = None
+    """Minibatch size; None: by ``vec_env``, as ``n_envs``."""
     clip_range: float = 0.2
     """PPO's ratio clip epsilon."""
     max_grad_norm: float = 0.5
@@ -89,9 +115,11 @@ class PPOConfig:
         coerce_fields(self)
         for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
             value = getattr(self, name)
+            if value is None and name in _SIZE_FIELDS:
+                continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be an integer >= 1")
-        if self.n_envs * self.n_steps < 2:
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be an integer >= 1 (or None: the default)")
+        if self.n_envs is not None and self.n_steps is not None and self.n_envs * self.n_steps < 2:
             raise ValueError("n_envs * n_steps must be >= 2 (SB3 normalises advantages over a batch)")
         for name in ("learning_rate", "clip_range", "max_grad_norm", "ent_coef", "vf_coef"):
             value = getattr(self, name)
@@ -101,14 +129,25 @@ class PPOConfig:
             value = getattr(self, name)
             if not 0 <= value <= 1:
                 raise ValueError(f"{type(self).__name__}.{name}={value!r} must lie in [0, 1]")
+        if self.vec_env not in VEC_ENVS:
+            raise ValueError(f"vec_env={self.vec_env!r}; choose one of {list(VEC_ENVS)}")
         if self.activation not in _ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
 
+    def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
+        """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to
+        :data:`BATCHED_SIZES` (``batched``) or :data:`DUMMY_SIZES`."""
+        sizes = BATCHED_SIZES if batched else DUMMY_SIZES
+        missing = {name: sizes[name] for name in _SIZE_FIELDS if getattr(self, name) is None}
+        return replace(self, **missing) if missing else self
+
     @property
     def rollout_steps(self) -> int:
-        """Env steps per rollout (= per iteration): ``n_envs * n_steps``."""
+        """Env steps per rollout (= per iteration): ``n_envs * n_steps`` (of a resolved config)."""
+        if self.n_envs is None or self.n_steps is None:
+            raise ValueError("rollout_steps of an unresolved config: call config.resolved(batched) first")
         return self.n_envs * self.n_steps
 
     @classmethod

@@ -4,7 +4,8 @@ For ``max_pi J_r(pi)  s.t.  J_k(pi) <= d_k`` (k = 1..K) one iteration is
 
 1. collect a rollout, storing each step's cost vector ``info["costs"]`` beside SB3's
    reward data (:class:`CostRolloutBuffer`); the cost critic's ``V_c(s_t)`` does not
-   choose actions, so it is evaluated once on the whole rollout afterwards;
+   choose actions, so it is evaluated once on the whole rollout afterwards, and so are
+   both critics' values of time-limit-truncated episodes' terminal observations;
 2. reward GAE ``A_r`` and, per constraint, cost GAE ``A_ck``;
 3. one multiplier step from ``Jhat_k``, the mean episodic cost of the episodes that
    ended in this rollout (the last ``cost_window`` episodes if none ended), with any
@@ -39,9 +40,11 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
+from constrained_grpo.agents.trainer import NonFiniteUpdateError
 from constrained_grpo.baselines.buffers import CostRolloutBuffer
 from constrained_grpo.baselines.config import COST_ADVANTAGE_NORMS
 from constrained_grpo.baselines.policies import CostActorCriticPolicy
+from constrained_grpo.baselines.vec_env import GymVectorVecEnv
 from constrained_grpo.constraints import Constraint, costs_from_info
 from constrained_grpo.multipliers import Multiplier
 
@@ -230,7 +233,7 @@ class PPOLagrangian(PPO):
             self.policy.reset_noise(env.num_envs)
         callback.on_rollout_start()
         finished: list[np.ndarray] = []  # cost: episodic cost vectors of episodes ending in this rollout
-        truncated: list[tuple[int, int, np.ndarray, th.Tensor]] = []  # cost: (step, env, cost, terminal obs)
+        truncated: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # cost: (step, env, cost, terminal obs)
 
         while n_steps < n_rollout_steps:
             if self.use_sde and self.sde_sample_freq > 0 and n_steps % self.sde_sample_freq == 0:
@@ -247,7 +250,8 @@ class PPOLagrangian(PPO):
                     clipped_actions = np.clip(actions, self.action_space.low, self.action_space.high)
 
             new_obs, rewards, dones, infos = env.step(clipped_actions)
-            costs = self._read_costs(infos)  # cost:
+            # cost: a batched twin hands over the whole (n_envs, K) matrix; else gather the infos.
+            costs = env.step_costs if isinstance(env, GymVectorVecEnv) else self._read_costs(infos)
             self._episode_costs += costs  # cost: running episodic costs, before any bootstrap
             for idx in np.flatnonzero(dones):  # cost:
                 finished.append(self._episode_costs[idx].copy())
@@ -263,18 +267,12 @@ class PPOLagrangian(PPO):
                 actions = actions.reshape(-1, 1)
 
             # Bootstrap a time-limit truncation with the critics (SB3 GitHub issue #633).
-            for idx, done in enumerate(dones):
-                if (
-                    done
-                    and infos[idx].get("terminal_observation") is not None
-                    and infos[idx].get("TimeLimit.truncated", False)
-                ):
-                    terminal_obs = self.policy.obs_to_tensor(infos[idx]["terminal_observation"])[0]
-                    with th.no_grad():
-                        terminal_value = self.policy.predict_values(terminal_obs)[0]  # type: ignore[arg-type]
-                    rewards[idx] += self.gamma * terminal_value
-                    # cost: bootstrapped with V_c after the rollout (_cost_values).
-                    truncated.append((rollout_buffer.pos, idx, costs[idx].copy(), terminal_obs))  # type: ignore[arg-type]
+            # cost: both critics' values of the terminal observations are added after the
+            # rollout, in batches (_bootstrap_truncations), instead of one forward pass each.
+            for idx in np.flatnonzero(dones):
+                info = infos[idx]
+                if info.get("terminal_observation") is not None and info.get("TimeLimit.truncated", False):
+                    truncated.append((rollout_buffer.pos, int(idx), costs[idx].copy(), info["terminal_observation"]))
 
             rollout_buffer.add(
                 self._last_obs,  # type: ignore[arg-type]
@@ -291,7 +289,7 @@ class PPOLagrangian(PPO):
         with th.no_grad():
             obs_tensor = obs_as_tensor(new_obs, self.device)  # type: ignore[arg-type]
             values = self.policy.predict_values(obs_tensor)
-        last_cost_values = self._cost_values(rollout_buffer, truncated, obs_tensor)  # cost:
+        last_cost_values = self._bootstrap_truncations(rollout_buffer, truncated, obs_tensor)  # cost:
         rollout_buffer.compute_returns_and_advantage(last_values=values, dones=dones, last_cost_values=last_cost_values)
         self._update_multipliers(finished)  # cost: once per rollout, before the policy update
         self._mix_advantages()  # cost: the actor's advantage, read by SB3's PPO.train
@@ -300,28 +298,41 @@ class PPOLagrangian(PPO):
         return True
 
     @th.no_grad()
-    def _cost_values(
+    def _bootstrap_truncations(
         self,
         buffer: CostRolloutBuffer,
-        truncated: list[tuple[int, int, np.ndarray, th.Tensor]],
+        truncated: list[tuple[int, int, np.ndarray, np.ndarray]],
         last_obs: th.Tensor,
     ) -> th.Tensor:
-        """The cost critic on the whole rollout, after it: ``V_c(s_t)`` into the buffer,
-        ``c_t += gamma_c V_c(s_terminal)`` for time-limit truncations (as SB3 bootstraps the
-        reward), and ``V_c`` of the observation after the last step (returned).
+        """The critics on the whole rollout, after it: ``V_c(s_t)`` into the buffer; for each
+        time-limit truncation ``(t, i)``, ``r_t += gamma V(s_terminal)`` and
+        ``c_t += gamma_c V_c(s_terminal)`` (SB3 adds the first during the rollout); returns
+        ``V_c`` of the observation after the last step.
 
-        The policy acts without the cost critic and its weights do not change during a
-        rollout, so one batched forward pass replaces one per step.
+        The policy acts without the cost critic, and no weight changes during a rollout, so
+        batched forward passes replace one per step and one per truncated episode. The
+        terminal observations go through in blocks of exactly ``n_envs`` rows (the last one
+        zero-padded): a row's value then never depends on how many episodes were truncated
+        (a BLAS may round a batch of one differently from a batch of many).
         """
         obs = buffer.observations
         n_steps, n_envs = obs.shape[:2]
         flat = obs_as_tensor(obs.reshape(n_steps * n_envs, *obs.shape[2:]), self.device)
         buffer.set_cost_values(self.policy.predict_cost_values(flat).cpu().numpy().reshape(n_steps, n_envs, -1))
-        for step, idx, cost, terminal_obs in truncated:
-            # One observation per pass, not one batch: a batch of one rounds differently in
-            # the BLAS, and these values must not depend on how many episodes were truncated.
-            cost += buffer.cost_gamma * self.policy.predict_cost_values(terminal_obs)[0].cpu().numpy()
-            buffer.costs[step, idx] = cost
+        if truncated:
+            terminal = np.stack([np.asarray(t[3], dtype=obs.dtype).reshape(obs.shape[2:]) for t in truncated])
+            pad = -len(terminal) % n_envs
+            if pad:
+                terminal = np.concatenate([terminal, np.zeros((pad, *terminal.shape[1:]), dtype=terminal.dtype)])
+            values, cost_values = [], []
+            for block in np.split(terminal, len(terminal) // n_envs):
+                block_t = obs_as_tensor(block, self.device)
+                values.append(self.policy.predict_values(block_t).cpu().numpy().reshape(-1))
+                cost_values.append(self.policy.predict_cost_values(block_t).cpu().numpy())
+            value, cost_value = np.concatenate(values), np.concatenate(cost_values)
+            for j, (step, idx, cost, _) in enumerate(truncated):
+                buffer.rewards[step, idx] += self.gamma * value[j]
+                buffer.costs[step, idx] = cost + buffer.cost_gamma * cost_value[j]
         return self.policy.predict_cost_values(last_obs)
 
     def _update_multipliers(self, finished: list[np.ndarray]) -> None:
@@ -407,6 +418,12 @@ class PPOLagrangian(PPO):
                 if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:
                     continue_training = False
                     break
+                if not th.isfinite(loss):  # cost: stop before a NaN step corrupts every weight
+                    raise NonFiniteUpdateError(
+                        f"PPO-Lagrangian update {self._n_updates + 1}: non-finite loss {loss.item()} (policy "
+                        f"{policy_loss.item()}, value {value_loss.item()}, cost value {cost_value_loss.item()}); "
+                        "training stopped before the step"
+                    )
                 self.policy.optimizer.zero_grad()
                 loss.backward()
                 # cost: clip the cost critic apart, so that a large cost regression error

@@ -1,5 +1,6 @@
 """Speed of the SB3 baselines: env steps per second of ``ppo-lag`` training next to plain
-stable-baselines3 ``PPO`` with the same hyperparameters on the same task, in one run.
+stable-baselines3 ``PPO`` with the same hyperparameters on the same vector env (the task's
+batched twin where it has one), in one run.
 
 Writes ``<out_dir>/baselines.csv``: one row per (algorithm, round) plus a ``median`` row
 per algorithm, with env steps per second of wall-clock time and of this process's CPU
@@ -21,14 +22,12 @@ from typing import Any
 
 import torch as th
 from stable_baselines3 import PPO
-from stable_baselines3.common.monitor import Monitor
-from stable_baselines3.common.vec_env import DummyVecEnv
 
-from constrained_grpo.baselines.agent import sb3_ppo_kwargs
+from constrained_grpo.baselines.agent import make_baseline_vec_env, sb3_ppo_kwargs, use_batched_env
 from constrained_grpo.baselines.config import PPOConfig
 from constrained_grpo.eval.speed import write_rows
 from constrained_grpo.registry import make_agent
-from constrained_grpo.tasks import make_env
+from constrained_grpo.tasks import task_constraints
 
 __all__ = ["run"]
 
@@ -36,10 +35,16 @@ TASK = "Grid/HazardFuel-v0"
 ALGOS: tuple[str, ...] = ("sb3-ppo", "ppo", "ppo-lag")
 
 
-def _sb3_ppo_learner(task: str, seed: int) -> Callable[[int], Any]:
-    """Plain SB3 PPO on Monitor-wrapped copies of the task, with PPOConfig's settings."""
+def _config(task: str) -> PPOConfig:
+    """PPOConfig's defaults as the agents resolve them for ``task``."""
     config = PPOConfig()
-    env = DummyVecEnv([lambda: Monitor(make_env(task))] * config.n_envs)
+    return config.resolved(use_batched_env(task, config))
+
+
+def _sb3_ppo_learner(task: str, seed: int) -> Callable[[int], Any]:
+    """Plain SB3 PPO with PPOConfig's settings on the vector env the agents get for the task."""
+    config = _config(task)
+    env = make_baseline_vec_env(task, config, task_constraints(task))
     model = PPO("MlpPolicy", env, **sb3_ppo_kwargs(config, seed))
     return lambda steps: model.learn(steps, reset_num_timesteps=False)
 
@@ -51,14 +56,15 @@ def _agent_learner(name: str, task: str, seed: int) -> Callable[[int], Any]:
 
 def run(out_dir: Path, task: str = TASK, rounds: int = 11, rollouts: int = 2, seed: int = 0) -> list[Path]:
     """Time ``rollouts`` rollouts of each algorithm in ``rounds`` interleaved rounds."""
-    steps = rollouts * PPOConfig().rollout_steps
-    th.set_num_threads(PPOConfig().torch_threads)  # the agents' setting, for plain SB3 too
+    config = _config(task)
+    steps = rollouts * config.rollout_steps
+    th.set_num_threads(config.torch_threads)  # the agents' setting, for plain SB3 too
     learners = {
         algo: _sb3_ppo_learner(task, seed) if algo == "sb3-ppo" else _agent_learner(algo, task, seed)
         for algo in ALGOS
     }
     for learn in learners.values():  # warm-up: first reset, first allocations
-        learn(PPOConfig().rollout_steps)
+        learn(config.rollout_steps)
     rows: list[dict[str, Any]] = []
     speeds: dict[str, list[float]] = {algo: [] for algo in ALGOS}
     walls: dict[str, list[float]] = {algo: [] for algo in ALGOS}

@@ -20,7 +20,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from constrained_grpo.agents.trainer import RolloutBatch
+from constrained_grpo.agents.trainer import RolloutBatch, check_finite_observations
 from constrained_grpo.constraints import Constraint, override_limits
 from constrained_grpo.tasks import make_vec_env, task_constraints
 
@@ -204,8 +204,10 @@ class ControlAdapter:
         act_steps: list[torch.Tensor] = []
         logp_steps: list[torch.Tensor] = []
         mask_steps: list[np.ndarray] = []
-        for _ in range(self.max_episode_steps):
-            obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(n, -1))
+        for t in range(self.max_episode_steps):
+            obs_np = np.asarray(obs, dtype=np.float32).reshape(n, -1)
+            check_finite_observations(obs_np, f"rollout step {t}")
+            obs_t = torch.as_tensor(obs_np)
             action, logp = policy.sample(obs_t, self.generator)
             obs_steps.append(obs_t)
             act_steps.append(action)
@@ -233,7 +235,8 @@ class ControlAdapter:
 
     def log_probs(self, policy: nn.Module, batch: RolloutBatch, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         data: ControlData = batch.data
-        return policy.log_prob_entropy(data.obs[index], data.actions[index])
+        # index_select: the rows of x[index], without advanced indexing's overhead.
+        return policy.log_prob_entropy(data.obs.index_select(0, index), data.actions.index_select(0, index))
 
     def close(self) -> None:
         self.env.close()

@@ -30,13 +30,63 @@ from constrained_grpo.agents.config import GRPOConfig
 from constrained_grpo.agents.losses import policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
 
-__all__ = ["GRPOTrainer", "NonFiniteRolloutError", "RolloutAdapter", "RolloutBatch", "check_finite_components"]
+__all__ = [
+    "GRPOTrainer",
+    "NonFiniteError",
+    "NonFiniteObservationError",
+    "NonFiniteRolloutError",
+    "NonFiniteUpdateError",
+    "RolloutAdapter",
+    "RolloutBatch",
+    "check_finite_components",
+    "check_finite_observations",
+    "check_finite_parameters",
+]
 
 LogFn = Callable[[dict[str, Any]], None]
 
 
-class NonFiniteRolloutError(FloatingPointError):
+class NonFiniteError(FloatingPointError):
+    """A NaN or infinite value reached training: the run stops instead of going on corrupted."""
+
+
+class NonFiniteRolloutError(NonFiniteError):
     """A reward or cost of a rollout is NaN or infinite."""
+
+
+class NonFiniteObservationError(NonFiniteRolloutError):
+    """An observation the task returned is NaN or infinite."""
+
+
+class NonFiniteUpdateError(NonFiniteError):
+    """A loss, gradient or parameter of the policy update is NaN or infinite."""
+
+
+def check_finite_observations(obs: np.ndarray, where: str) -> None:
+    """Raise :class:`NonFiniteObservationError` if ``obs`` (a batch, one row per env) holds a NaN/inf.
+
+    A NaN observation makes NaN logits, whose argmax is always action 0, and NaN gradients
+    that turn every weight NaN while reward and cost stay finite: caught here, at the source.
+    """
+    finite = np.isfinite(obs)
+    if finite.all():
+        return
+    rows = np.flatnonzero(~finite.reshape(len(obs), -1).all(axis=1))
+    raise NonFiniteObservationError(
+        f"{where}: non-finite observation from env(s) {rows[:8].tolist()} "
+        f"({int((~finite).sum())} NaN/inf value(s)); training stopped "
+        "(every earlier iteration was logged). Check the task's observation for NaN or inf."
+    )
+
+
+def check_finite_parameters(module: nn.Module, where: str) -> None:
+    """Raise :class:`NonFiniteUpdateError` naming the first parameter of ``module`` holding a NaN/inf."""
+    for name, param in module.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise NonFiniteUpdateError(
+                f"{where}: parameter {name!r} became NaN or infinite; training stopped "
+                "(every earlier iteration was logged). Lower the learning rate or check the task's values."
+            )
 
 
 @dataclass
@@ -137,7 +187,10 @@ class GRPOTrainer:
         t0 = time.perf_counter()
 
         with torch.no_grad():
-            batch = self.adapter.collect(self.policy, cfg.num_groups, cfg.group_size)
+            try:
+                batch = self.adapter.collect(self.policy, cfg.num_groups, cfg.group_size)
+            except NonFiniteObservationError as err:
+                raise NonFiniteObservationError(f"iteration {self.iteration}: {err}") from None
         t_rollout = time.perf_counter()
         x = batch.components
         check_finite_components(x, self.iteration, self.names)
@@ -148,6 +201,7 @@ class GRPOTrainer:
         t_adv = time.perf_counter()
 
         losses = self._update(batch, torch.as_tensor(adv.reshape(-1), dtype=torch.float32))
+        check_finite_parameters(self.policy, f"iteration {self.iteration}")
         t_update = time.perf_counter()
 
         mean_costs = x[..., 1:].reshape(-1, len(self.names)).mean(axis=0)
@@ -197,9 +251,9 @@ class GRPOTrainer:
                         logp_ref, _ = self.adapter.log_probs(self.reference, batch, index)
                 terms = policy_loss(
                     logp,
-                    batch.logp_old[index],
-                    adv[index],
-                    batch.mask[index],
+                    batch.logp_old.index_select(0, index),
+                    adv.index_select(0, index),
+                    batch.mask.index_select(0, index),
                     entropy,
                     logp_ref,
                     eps_low=cfg.clip_eps_low,
@@ -210,11 +264,23 @@ class GRPOTrainer:
                     kl_coef=cfg.kl_coef,
                     entropy_coef=cfg.entropy_coef,
                 )
+                if not bool(torch.isfinite(terms.loss)):
+                    raise NonFiniteUpdateError(
+                        f"iteration {self.iteration}: non-finite loss {float(terms.loss.detach())} (policy-gradient "
+                        f"{float(terms.pg_loss.detach())}, KL {float(terms.kl.detach())}, entropy "
+                        f"{float(terms.entropy.detach())}); training "
+                        "stopped before the step (every earlier iteration was logged)"
+                    )
                 self.optimizer.zero_grad(set_to_none=True)
                 terms.loss.backward()
                 grad_norm = nn.utils.clip_grad_norm_(
                     self.policy.parameters(), cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
                 )
+                if not math.isfinite(float(grad_norm)):
+                    raise NonFiniteUpdateError(
+                        f"iteration {self.iteration}: non-finite gradient norm {float(grad_norm)}; training "
+                        "stopped before the step (every earlier iteration was logged)"
+                    )
                 self.optimizer.step()
                 grad_norms.append(float(grad_norm))
                 for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "veto_frac"):
@@ -228,8 +294,10 @@ class GRPOTrainer:
     def train(self, total_env_steps: int, log: LogFn | None = None) -> list[dict[str, Any]]:
         """Iterate until ``total_env_steps`` more env steps were used; ``log`` every record.
 
-        A non-finite reward or cost raises :class:`NonFiniteRolloutError` after every earlier
-        iteration has been passed to ``log``.
+        A non-finite observation, reward or cost raises :class:`NonFiniteRolloutError` (an
+        observation: its subclass :class:`NonFiniteObservationError`), a non-finite loss,
+        gradient or parameter :class:`NonFiniteUpdateError`, after every earlier iteration
+        has been passed to ``log``.
         """
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps={total_env_steps!r} must be >= 1")

@@ -99,3 +99,21 @@ def test_speed_benchmark_smoke(tmp_path: Path) -> None:
     split = kinds["split"]
     assert split["rollout_ms"] > 0 and split["backward_ms"] > 0
     assert 0 <= split["advantage_share"] < 1
+
+
+def test_training_benchmark_children() -> None:
+    """``make bench``'s training.csv: one throughput measurement and one criterion run, in process."""
+    from constrained_grpo.eval import speed_training
+
+    small = {"n_envs": 4, "n_steps": 8, "batch_size": 32}
+    row = speed_training.child_throughput("ppo-lag", TINY, 40, False, 0, small)
+    assert row["env_steps"] == 64  # 40 steps round up to two rollouts of 4 x 8
+    assert row["num_envs"] == 4 and 0 < row["peak_rss_mb"] < 1024
+    assert row["env_steps_per_cpu_s"] == pytest.approx(64 / row["cpu_s"], rel=0.05)
+    # The 3x3 grid's optimum is 1.2 (R*); cgrpo's quick preset meets the criterion within 100k
+    # steps (about 30k with seed 0), and the run stops at the end of that chunk.
+    done = speed_training.child_criterion("cgrpo", TINY, 0, 100_000, {"preset": "quick"}, chunk=10_000)
+    assert done["reached"] and done["optimum_return"] == pytest.approx(1.2)
+    assert done["criterion_env_steps"] <= done["run_env_steps"] < done["criterion_env_steps"] + 10_000 + 1_000
+    capped = speed_training.child_criterion("ppo-lag", TINY, 0, 64, small, chunk=10_000)
+    assert not capped["reached"] and capped["criterion_env_steps"] is None and capped["run_env_steps"] == 64
