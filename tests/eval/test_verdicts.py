@@ -308,3 +308,20 @@ def test_a_multiplier_pinned_at_its_recorded_bound_is_at_bound():
     bound = run_metrics(t, TASKS, lambda_max={"pinned": 100.0}).iloc[0]
     assert bound["stability_class"] == "at bound" and free["stability_class"] != "at bound"
     assert bound["stability"] <= 0.5
+
+
+def test_add_refuses_a_submission_with_another_budget_and_names_it(toy_results: Path, tmp_path: Path, capsys):
+    from constrained_grpo.cli import main
+    from constrained_grpo.eval.loader import load_results
+
+    table = load_results(toy_results).table
+    mine = table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False))
+    same = tmp_path / "same.csv"
+    mine.to_csv(same, index=False)
+    assert main(["leaderboard", str(toy_results), "--add", str(same), "--out", str(tmp_path / "ok"), "--quiet"]) == 0
+    longer = tmp_path / "longer.csv"
+    mine.assign(env_steps=mine["env_steps"] * 10).to_csv(longer, index=False)
+    code = main(["leaderboard", str(toy_results), "--add", str(longer), "--out", str(tmp_path / "no"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "refusing to rank the submission" in err and "budgets differ" in err
+    assert not (tmp_path / "no" / "leaderboard.md").exists()
