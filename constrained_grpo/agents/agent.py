@@ -245,19 +245,26 @@ class GRPOAgent:
                 f"{src} holds a {meta['algo']!r} run on {meta['env_id']!r} with another config; "
                 "use constrained_grpo.agents.load_agent(path) to rebuild that agent"
             )
-        if not (src / WEIGHTS_FILE).is_file():
-            raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
-        with reading_checkpoint(src / WEIGHTS_FILE, "policy weights and optimiser state"):
-            tensors = load_file(str(src / WEIGHTS_FILE))
-            self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
-            ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
-            if ref and self.trainer.reference is not None:
-                self.trainer.reference.load_state_dict(ref)
-            self.trainer.load_optimizer_tensors(tensors)
-        state = read_saved_json(src / STATE_FILE, (), "saved GRPO agent")
-        with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
-            self.trainer.load_state(state)
+        load_trained_state(src, self.policy, self.trainer, "policy weights and optimiser state", "saved GRPO agent")
         return self
+
+
+def load_trained_state(src: Path, policy: torch.nn.Module, trainer: GRPOTrainer, weights: str, what: str) -> None:
+    """Load a saved agent's weights (policy, reference policy, optimiser) and trainer state
+    (multipliers, counters) from directory ``src`` into ``policy`` and ``trainer``; a missing
+    or damaged file is a ``CheckpointError`` naming it."""
+    if not (src / WEIGHTS_FILE).is_file():
+        raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
+    with reading_checkpoint(src / WEIGHTS_FILE, weights):
+        tensors = load_file(str(src / WEIGHTS_FILE))
+        policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
+        ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
+        if ref and trainer.reference is not None:
+            trainer.reference.load_state_dict(ref)
+        trainer.load_optimizer_tensors(tensors)
+    state = read_saved_json(src / STATE_FILE, (), what)
+    with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
+        trainer.load_state(state)
 
 
 def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | TextGRPOAgent":

@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from constrained_grpo.agents.agent import load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.lm_sft import SFTResult, supervised_warm_start
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
@@ -304,18 +305,7 @@ class TextGRPOAgent:
                 f"{src} holds a {meta.get('algo')!r} run on {meta.get('env_id')!r} with another config; "
                 "use constrained_grpo.agents.text_agent.load_text_agent(path) to rebuild that agent"
             )
-        if not (src / WEIGHTS_FILE).is_file():
-            raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
-        with reading_checkpoint(src / WEIGHTS_FILE, "language-model weights and optimiser state"):
-            tensors = load_file(str(src / WEIGHTS_FILE))
-            self.policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
-            ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
-            if ref and self.trainer.reference is not None:
-                self.trainer.reference.load_state_dict(ref)
-            self.trainer.load_optimizer_tensors(tensors)
-        state = read_saved_json(src / STATE_FILE, (), "saved text agent")
-        with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
-            self.trainer.load_state(state)
+        load_trained_state(src, self.policy, self.trainer, "language-model weights and optimiser state", "saved text agent")
         return self
 
 
