@@ -20,10 +20,8 @@ import pandas as pd
 from constrained_grpo.eval.runner import TaskMeta
 
 __all__ = [
-    "coefficient_of_variation",
     "constrained_score",
     "cumulative_violation",
-    "drift",
     "final_performance",
     "final_value",
     "fmean",
@@ -36,8 +34,6 @@ __all__ = [
     "run_metrics",
     "second_half",
     "settling_time",
-    "total_variation",
-    "trend_r2",
 ]
 
 def fmean(x: Sequence[float] | np.ndarray) -> float:
@@ -129,11 +125,6 @@ def second_half(x: Sequence[float] | np.ndarray) -> np.ndarray:
     return a[len(a) // 2:]
 
 
-def total_variation(lam: Sequence[float] | np.ndarray) -> float:
-    """TV = sum_t |lambda_{t+1} - lambda_t| (apply to the second half for the metric)."""
-    return float(np.abs(np.diff(_arr(lam))).sum())
-
-
 def oscillations(lam: Sequence[float] | np.ndarray, rel_tol: float = 0.01) -> int:
     """Number of sign changes of the significant increments of lambda.
 
@@ -147,25 +138,6 @@ def oscillations(lam: Sequence[float] | np.ndarray, rel_tol: float = 0.01) -> in
     tol = rel_tol * float(np.max(np.abs(x))) if x.size else 0.0
     s = np.sign(d[np.abs(d) > tol])
     return int(np.sum(s[1:] != s[:-1]))
-
-
-def drift(env_steps: Sequence[float] | np.ndarray, lam: Sequence[float] | np.ndarray, eps: float = 1e-6) -> float:
-    """Relative change of lambda along its least-squares trend.
-
-    drift = beta * (s_last - s_first) / max(|mean lambda|, eps), with beta the slope of the
-    least-squares line of lambda against env steps (apply to the second half for the
-    metric). A linear ramp lambda = a s over [s0, s1] has drift 2 (s1 - s0) / (s1 + s0);
-    a bounded oscillation over whole periods has drift near 0.
-    """
-    s = _arr(env_steps)
-    x = _arr(lam)
-    if len(s) != len(x):
-        raise ValueError(f"env_steps ({len(s)}) and lambda ({len(x)}) differ in length")
-    if len(x) < 2 or s[-1] == s[0]:
-        return 0.0
-    sc = s - s.mean()
-    beta = float(np.dot(sc, x - x.mean()) / np.dot(sc, sc))
-    return float(beta * (s[-1] - s[0]) / max(abs(float(x.mean())), eps))
 
 
 def final_value(lam: Sequence[float] | np.ndarray, frac: float = 0.1) -> float:
@@ -202,25 +174,6 @@ def settling_time(
     else:
         t_star = min(int(np.flatnonzero(outside)[-1]) + 1, len(x) - 1)
     return float(s[t_star] / s[-1]) if s[-1] > 0 else 1.0
-
-
-def coefficient_of_variation(lam: Sequence[float] | np.ndarray, eps: float = 1e-6) -> float:
-    """CV = std(lambda) / max(|mean(lambda)|, eps) (population std; apply to the second half)."""
-    x = _arr(lam)
-    return float(x.std() / max(abs(float(x.mean())), eps))
-
-
-def trend_r2(env_steps: Sequence[float] | np.ndarray, lam: Sequence[float] | np.ndarray) -> float:
-    """Share of lambda's variance explained by its least-squares line: R^2 = corr(s, lambda)^2 (0 if constant).
-
-    1 for a ramp; near 0 for an oscillation, whose fitted slope depends on where the
-    window cuts the last period.
-    """
-    s = _arr(env_steps)
-    x = _arr(lam)
-    if len(x) < 2 or x.std() == 0 or s.std() == 0:
-        return 0.0
-    return float(np.corrcoef(s, x)[0, 1] ** 2)
 
 
 # ------------------------------------------------------------------ constraint-aware score

@@ -63,20 +63,11 @@ def sine(amplitude: float = 0.5, period: int = 20, phase: float = 0.3) -> np.nda
     return 1.0 + amplitude * np.sin(2 * np.pi * np.arange(N) / period + phase)
 
 
-def test_sine_oscillations_and_total_variation():
+def test_sine_oscillations():
     lam = sine()
     half = M.second_half(lam)
     # Five periods in t = 100..199, extrema at t = 2.02 + 10 j: ten turns of the increments.
     assert M.oscillations(half) == 10
-    # Total variation: from sin(0.3) up to the first peak, nine half-period swings of
-    # 2A, then from the last trough up to the end value (A = 0.5).
-    a, phi_start, phi_end = 0.5, 0.3 + 2 * np.pi * 100 / 20, 0.3 + 2 * np.pi * 199 / 20
-    expected = a * (1 - np.sin(phi_start)) + 9 * 2 * a + a * (1 + np.sin(phi_end))
-    assert M.total_variation(half) == pytest.approx(expected, rel=1e-3)
-    # The fitted slope of an oscillation is an artefact of where the window cuts it; the
-    # trend explains almost none of its variance.
-    assert M.trend_r2(M.second_half(STEPS), half) < 0.05
-    assert M.coefficient_of_variation(half) == pytest.approx(a / np.sqrt(2), rel=0.02)
 
 
 def test_oscillation_tolerance_ignores_noise():
@@ -97,15 +88,11 @@ def test_step_response_overshoot_and_settling():
     assert M.settling_time(steps, never) == 1.0
 
 
-def test_linear_ramp_drift_is_exact():
-    ramp = 1e-4 * STEPS  # lambda = a s
-    s2, r2 = M.second_half(STEPS), M.second_half(ramp)
-    # Least squares recovers the slope exactly: drift = 2 (s1 - s0) / (s1 + s0).
-    assert M.drift(s2, r2) == pytest.approx(2 * (s2[-1] - s2[0]) / (s2[-1] + s2[0]))
-    assert M.oscillations(r2) == 0
+def test_a_ramp_has_no_oscillation():
+    assert M.oscillations(M.second_half(1e-4 * STEPS)) == 0
 
 
-# (The stability score itself is tested in tests/eval/test_stability.py.)
+# (Drift, total variation and the stability score are tested in tests/eval/test_stability.py.)
 
 
 # -------------------------------------------------------------------------- run metrics
