@@ -10,6 +10,12 @@
                  --backend local|ray --workers N --out DIR --ray-address ADDR]
     cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR]
     cgrpo plot DIR [--out DIR]
+    cgrpo eval RUN_DIR [--episodes N]   re-evaluate a saved agent with the harness protocol
+    cgrpo render RUN_DIR --out FILE.gif [--sampled --seed N]   replay one episode as a GIF
+
+Every command takes ``--import MODULE`` (repeatable): the module is imported first, in this
+process and in every run's worker, so the tasks and algorithms it registers can be named;
+a task may also be given as ``MODULE:Task-v0`` (gymnasium's syntax).
 
 ``--config.FIELD VALUE`` (or ``--config.FIELD=VALUE``) sets an agent config field; the
 value is parsed as JSON when it is JSON (``0.1``, ``true``, ``[1, 2]``) and kept as a
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sys
 import tempfile
@@ -97,19 +104,22 @@ def _parser() -> argparse.ArgumentParser:
         "for bench also --config.ALGO.FIELD VALUE.",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import MODULE first (your tasks and algorithms register on import); repeatable")
 
-    e = sub.add_parser("envs", help="list the registered tasks with their constraints")
+    e = sub.add_parser("envs", parents=[common], help="list the registered tasks with their constraints")
     e.add_argument("--family", default=None, help="only this task family (e.g. gridworld)")
 
-    c = sub.add_parser("check", help="run the constrained env checker on a task")
+    c = sub.add_parser("check", parents=[common], help="run the constrained env checker on a task")
     c.add_argument("env_id", metavar="ENV_ID")
     c.add_argument("--steps", type=int, default=300, help="random steps to check (default 300)")
 
-    al = sub.add_parser("algos", help="list the registered algorithms; with NAME --task ID, its whole configuration")
+    al = sub.add_parser("algos", parents=[common], help="list the registered algorithms; with NAME --task ID, its whole configuration")
     al.add_argument("name", nargs="?", metavar="NAME", help="show this algorithm's resolved configuration")
     al.add_argument("--task", metavar="ID", help="the task the configuration is resolved for (with NAME)")
 
-    t = sub.add_parser("train", help="train and evaluate one run", epilog="Agent options: --config.FIELD VALUE.")
+    t = sub.add_parser("train", parents=[common], help="train and evaluate one run", epilog="Agent options: --config.FIELD VALUE.")
     t.add_argument("task", metavar="TASK")
     t.add_argument("algo", metavar="ALGO")
     t.add_argument("--seed", type=int, default=0)
@@ -118,10 +128,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, default=Path("runs"), help="results root (default runs/)")
     t.add_argument("--force", action="store_true", help="rerun even if the run is complete")
     t.add_argument("--no-save", action="store_true", help="do not save the agent")
+    t.add_argument("--quiet", action="store_true", help="no per-iteration progress lines")
+    _monitor_options(t)
 
     from constrained_grpo.eval.presets import PRESETS
 
-    b = sub.add_parser("bench", help="sweep tasks x algorithms x seeds",
+    b = sub.add_parser("bench", parents=[common], help="sweep tasks x algorithms x seeds",
                        epilog="Presets: " + "; ".join(f"{n}: {pr.description}" for n, pr in PRESETS.items()))
     b.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     b.add_argument("--tasks", nargs="+", default=None, help="replace the preset's tasks")
@@ -137,8 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-save", action="store_true", help="do not save the agents")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--force", action="store_true", help="redo completed runs recorded with other settings")
+    _monitor_options(b)
 
-    lb = sub.add_parser("leaderboard", help="rank the results in DIR; or validate a submission")
+    lb = sub.add_parser("leaderboard", parents=[common], help="rank the results in DIR; or validate a submission")
     lb.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
     lb.add_argument("--check", type=Path, default=None, metavar="FILE", help="only validate a submission CSV")
     lb.add_argument("--add", type=Path, nargs="+", default=[], metavar="FILE", help="submissions to rank too")
@@ -147,21 +160,44 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
 
-    pl = sub.add_parser("plot", help="draw learning curves, multipliers, return vs violation")
+    pl = sub.add_parser("plot", parents=[common], help="draw learning curves, multipliers, return vs violation")
     pl.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
     pl.add_argument("--out", type=Path, default=None, help="output folder (default DIR/plots)")
     pl.add_argument("--allow-incomplete", action="store_true")
+
+    ev = sub.add_parser("eval", parents=[common], help="re-evaluate a saved agent with the harness protocol")
+    ev.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
+    ev.add_argument("--episodes", type=int, default=None, help="episodes per policy (default: the run's)")
+
+    rd = sub.add_parser("render", parents=[common], help="replay one episode of a saved agent as a GIF")
+    rd.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
+    rd.add_argument("--out", type=Path, required=True, metavar="FILE", help="the GIF to write")
+    rd.add_argument("--sampled", action="store_true", help="sample the actions (default: the greedy policy)")
+    rd.add_argument("--seed", type=int, default=None, help="reset seed (default: the first evaluation seed)")
+    rd.add_argument("--max-steps", type=int, default=500)
     return p
+
+
+def _monitor_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
+                   help="write TensorBoard scalars (return, costs, limits, lambdas, losses, KL, steps/s) "
+                   "under DIR (extra [tb])")
+    p.add_argument("--wandb", default=None, metavar="PROJECT", help="log the same scalars to this W&B project (needs wandb)")
 
 
 # ------------------------------------------------------------------------------ validation
 
 
 def _writable_dir(path: Path, option: str) -> None:
-    """Create ``path`` if needed and prove a file can be written in it, before any work."""
+    """Prove that ``path`` is, or can be made, a folder to write in, before any work and
+    without creating it: a temporary file in the folder, or in its nearest existing parent."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=path):
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "not a folder", str(existing))
+        with tempfile.TemporaryFile(dir=existing):
             pass
     except OSError as err:
         raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
@@ -173,9 +209,17 @@ def _resolve(algo: str, task: str, config: dict[str, Any]) -> dict[str, Any]:
     from constrained_grpo.registry import resolve_config
 
     try:
-        return resolve_config(algo, task, **config)
+        resolved = resolve_config(algo, task, **config)
     except (ValueError, TypeError) as err:
         raise CliError(f"--config for {algo} on {task}: {err}") from None
+    if config.get("env_kwargs") or config.get("limits") is not None:
+        from constrained_grpo.eval.runner import RunSpec, run_meta
+
+        try:  # the task as the run will build it: a bad keyword or limit fails here, not in the run
+            run_meta(RunSpec(task, algo, 0, 1, 1, config, False))
+        except (ValueError, TypeError, KeyError) as err:
+            raise CliError(f"--config.env_kwargs / --config.limits for {task}: {err}") from None
+    return resolved
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -212,31 +256,134 @@ def _check_args(args: argparse.Namespace) -> None:
             _writable_dir(args.out, "--out")
     if args.command == "plot" and args.out is not None:
         _writable_dir(args.out, "--out")
+    if args.command in ("eval", "render"):
+        at_least("--episodes", getattr(args, "episodes", None), 1)
+        at_least("--max-steps", getattr(args, "max_steps", None), 1)
+        if not (args.run_dir / "config.json").is_file():
+            raise CliError(f"{args.run_dir} is not a run directory (no config.json); give OUT/<task>/<algo>/seed_<n>")
+    if args.command == "render":
+        if args.out.suffix.lower() != ".gif":
+            raise CliError(f"--out {args.out}: give a file name ending in .gif")
+        _writable_dir(args.out.parent, "--out's folder")
+
+
+def _user_code(args: argparse.Namespace) -> None:
+    """Import ``--import`` modules and the modules of ``MODULE:Task-v0`` task ids (which become
+    plain ids), and start the requested metric sinks' packages, before any work."""
+    from constrained_grpo.tasks import import_user_modules, split_task_id
+
+    modules = list(args.imports)
+
+    def plain(task: str | None) -> str | None:
+        if task is None:
+            return None
+        module, name = split_task_id(task)
+        if module is not None:
+            modules.append(module)
+        return name
+
+    if args.command == "train":
+        args.task = plain(args.task)
+    elif args.command == "check":
+        args.env_id = plain(args.env_id)
+    elif args.command == "algos":
+        args.task = plain(args.task)
+    elif args.command == "bench" and args.tasks is not None:
+        args.tasks = [plain(t) for t in args.tasks]
+    try:
+        import_user_modules(modules)
+    except ImportError as err:
+        raise CliError(str(err)) from None
+    import gymnasium as gym
+
+    from constrained_grpo.tasks import check_task_id
+
+    for task in (getattr(args, "task", None), getattr(args, "env_id", None)):
+        if task is not None:
+            try:
+                check_task_id(task)
+            except gym.error.Error as err:
+                raise CliError(str(err)) from None
+    if getattr(args, "tensorboard", None) is not None:
+        try:
+            import torch.utils.tensorboard  # noqa: F401
+        except ImportError as err:
+            raise CliError(f"--tensorboard needs the tensorboard package ({err}); pip install 'constrained-grpo[tb]'") from None
+        _writable_dir(args.tensorboard, "--tensorboard")
+        from constrained_grpo.eval.monitor import TENSORBOARD_ENV
+
+        os.environ[TENSORBOARD_ENV] = str(args.tensorboard.resolve())  # sweep workers inherit it
+    if getattr(args, "wandb", None) is not None:
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise CliError("--wandb needs the wandb package: pip install wandb (and wandb login)") from None
+        from constrained_grpo.eval.monitor import WANDB_ENV
+
+        os.environ[WANDB_ENV] = args.wandb
 
 
 # ---------------------------------------------------------------------------------- commands
 
 
+def _unavailable_fix(err: Exception, family: str) -> str:
+    """Why a family's envs cannot be made here, and the fix (the bridge's message carries its own)."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if "fix" in text.lower():
+        return text
+    if isinstance(err, ImportError):
+        extra = {"highway": "highway", "math": "math"}.get(family)
+        fix = f"pip install 'constrained-grpo[{extra}]'" if extra else "install the missing package"
+        return f"{text}. To fix: {fix}"
+    return f"{type(err).__name__}: {text}"
+
+
 def _cmd_envs(args: argparse.Namespace) -> int:
     from constrained_grpo.constraints import get_constraints
     from constrained_grpo.envs import list_tasks, task_info
-    from constrained_grpo.tasks import make_env
+    from constrained_grpo.tasks import known_task_ids, make_env
 
-    tasks = list_tasks(args.family)
+    suite = set(list_tasks())
+
+    def family(task: str) -> str:
+        return task_info(task).family if task in suite else "user"
+
+    tasks = [t for t in known_task_ids() if args.family is None or family(t) == args.family]
     if not tasks:
-        raise CliError(f"no task in family {args.family!r}; families: {sorted({task_info(t).family for t in list_tasks()})}")
+        families = sorted({family(t) for t in known_task_ids()})
+        raise CliError(f"no task in family {args.family!r}; families: {families}")
+    broken: dict[str, str] = {}  # family -> why its envs cannot be made here
     for task in tasks:
-        info = task_info(task)
-        env = make_env(task)
+        fam = family(task)
+        description = task_info(task).description if task in suite else (gym_spec_entry(task))
+        if fam in broken:
+            print(f"{task}  [{fam}]  {description}\n    UNAVAILABLE here (see above)")
+            continue
         try:
-            constraints = get_constraints(env)
-        finally:
-            env.close()
-        print(f"{task}  [{info.family}]  {info.description}")
+            env = make_env(task)
+            try:
+                constraints = get_constraints(env)
+            finally:
+                env.close()
+        except Exception as err:  # one family that cannot start must not hide the others
+            broken[fam] = _unavailable_fix(err, fam)
+            print(f"{task}  [{fam}]  {description}\n    UNAVAILABLE here: {broken[fam]}")
+            continue
+        print(f"{task}  [{fam}]  {description}")
         for c in constraints:
             kind = "indicator, limit is a probability" if c.indicator else "cumulative"
             print(f"    {c.name:<10} <= {c.limit:<8g} ({kind}) {c.description}")
+    for fam, why in broken.items():
+        print(f"warning: the {fam} tasks cannot be made here: {why}", file=sys.stderr)
     return 0
+
+
+def gym_spec_entry(task: str) -> str:
+    """A user task's one-line summary: its entry point."""
+    import gymnasium as gym
+
+    entry = gym.spec(task).entry_point
+    return f"user task ({entry if isinstance(entry, str) else getattr(entry, '__qualname__', entry)})"
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -274,9 +421,61 @@ def _cmd_algos(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
-    from tqdm.auto import tqdm
+class _ProgressLines:
+    """One console line per training iteration (at most one per ``every_s`` seconds, the
+    first always): iteration, env steps, return, each cost against its limit, each lambda,
+    steps/s over the run so far, and ETA = (budget - steps) / (steps/s)."""
 
+    def __init__(self, budget: int, limits: dict[str, float], every_s: float = 1.0, file: Any = None) -> None:
+        self.budget, self.limits, self.every_s = budget, limits, every_s
+        self.file = sys.stderr if file is None else file
+        self._last: float | None = None
+
+    def __call__(self, run_path: Path, row: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if self._last is not None and now - self._last < self.every_s:
+            return
+        self._last = now
+        print(format_progress(row, self.budget, self.limits), file=self.file, flush=True)
+
+
+def format_progress(row: dict[str, Any], budget: int, limits: dict[str, float]) -> str:
+    """The console line of one progress row.
+
+    >>> format_progress({"iteration": 3, "env_steps": 500, "wall_s": 2.0, "return": 1.25, "cost_fuel": 13.0,
+    ...                  "lambda_fuel": 0.5}, 1000, {"fuel": 12.0})
+    'it 3  steps 500/1,000 (50%)  return 1.25  fuel 13/12 (over)  lambda fuel 0.5  250 steps/s  ETA 2 s'
+    """
+    steps = int(row.get("env_steps", 0))
+    parts = [f"it {int(row.get('iteration', 0))}", f"steps {steps:,}/{budget:,} ({min(steps / budget, 1):.0%})"]
+    if row.get("return") is not None:
+        parts.append(f"return {float(row['return']):.4g}")
+    costs = [f"{n} {float(row[f'cost_{n}']):.4g}/{d:g}{' (over)' if float(row[f'cost_{n}']) > d else ''}"
+             for n, d in limits.items() if row.get(f"cost_{n}") is not None]
+    if costs:
+        parts.append("  ".join(costs))
+    lams = [f"{n} {float(row[f'lambda_{n}']):.3g}" for n in limits if row.get(f"lambda_{n}") is not None]
+    if lams:
+        parts.append("lambda " + " ".join(lams))
+    wall = float(row.get("wall_s") or 0.0)
+    if wall > 0 and steps > 0:
+        rate = steps / wall
+        parts.append(f"{rate:,.0f} steps/s")
+        parts.append(f"ETA {_duration(max(budget - steps, 0) / rate)}")
+    return "  ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 4 min``."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60} s"
+    return f"{s // 3600} h {s % 3600 // 60} min"
+
+
+def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
     from constrained_grpo.eval.runner import RunSpec, execute_run, run_meta, task_meta
     from constrained_grpo.registry import agent_spec
@@ -302,13 +501,12 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
         with storage.run_lock(path):
             (path / storage.DONE_FILE).unlink()
     meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
-    bar = tqdm(total=spec.steps, desc=spec.key, unit="step", file=sys.stderr, disable=None)
-
-    def progress(env_steps: int) -> None:
-        bar.update(max(0, min(env_steps, bar.total) - bar.n))
-
-    outcome = execute_run(spec, args.out, meta=meta, on_progress=progress)
-    bar.close()
+    remove = storage.add_record_hook(_ProgressLines(spec.steps, meta.limits)) if not args.quiet else None
+    try:
+        outcome = execute_run(spec, args.out, meta=meta)
+    finally:
+        if remove is not None:
+            remove()
     if outcome.status != "done":
         print(f"run {spec.key} {outcome.status}:\n{outcome.error}", file=sys.stderr)
         return 1
@@ -318,7 +516,16 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     table, meta = load_run(path, known_algos=None)  # the task as config.json records it
     m = run_metrics(table, {meta.task: meta}).iloc[0]
     print(f"{spec.key}: done in {outcome.wall_s:.1f} s -> {path}")
-    print(f"  final policy, {int(m['eval_episodes'])} episodes from reset seeds {int(m['eval_first_seed'])}+i, "
+    print_summary(m, meta)
+    return 0
+
+
+def print_summary(m: Any, meta: Any) -> None:
+    """The verdict of one run's metrics row ``m`` (``eval.metrics.run_metrics``) for task ``meta``."""
+    first = m["eval_first_seed"]
+    # NaN first seed: an agent without act() evaluated itself (protocol owner "agent").
+    where = f"from reset seeds {int(first)}+i" if first == first else "from the agent's own evaluate()"
+    print(f"  final policy, {int(m['eval_episodes'])} episodes {where}, "
           f"{m['primary_policy']} actions: {'FEASIBLE' if m['feasible'] else 'INFEASIBLE'} (tolerance 0.1 on (J - d)/d)")
     line = f"  return {m['eval_return']:.4f}"
     if meta.optimum_return is not None:
@@ -332,7 +539,6 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     tail = "feasible" if m["tail_feasible"] else "infeasible"
     print(f"  greedy policy: return {m['greedy_return']:.4f}, {greedy}; average iterate (last 20% of training): "
           f"return {m['final_return']:.4f}, {tail}")
-    return 0
 
 
 def _split_bench_config(config: dict[str, Any], algos: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -460,12 +666,31 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from constrained_grpo.eval.replay import reevaluate
+
+    start = time.perf_counter()
+    m, meta = reevaluate(args.run_dir, args.episodes)
+    print(f"{args.run_dir}: re-evaluated in {time.perf_counter() - start:.1f} s (the run directory is unchanged)")
+    print_summary(m, meta)
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from constrained_grpo.eval.replay import render_run
+
+    path = render_run(args.run_dir, args.out, deterministic=not args.sampled, seed=args.seed, max_steps=args.max_steps)
+    print(path)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cgrpo``; returns the exit status (0 ok, 1 failed runs or a rejected file, 2 usage)."""
     import gymnasium as gym
 
     from constrained_grpo.constraints import ConstraintError, CostContractError
     from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.replay import RenderError
     from constrained_grpo.eval.sweep import SweepConfigError
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -478,6 +703,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if config and args.command not in ("train", "bench"):
         parser.error(f"--config.* options apply to train and bench, not {args.command}")
     try:
+        _user_code(args)  # unknown ids fail before _check_args makes the --out folder
         _check_args(args)
     except CliError as err:
         parser.error(str(err))
@@ -497,6 +723,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_leaderboard(args)
         if args.command == "plot":
             return _cmd_plot(args)
+        if args.command == "eval":
+            return _cmd_eval(args)
+        if args.command == "render":
+            return _cmd_render(args)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM during a sweep
         how = f" ({err})" if str(err) else ""
         print(f"cgrpo {args.command}: interrupted{how}; every finished run is on disk, rerun the same "
@@ -505,7 +735,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CostContractError as err:
         print(f"cgrpo {args.command}: FAILED the cost contract: {err}", file=sys.stderr)
         return 1
-    except (CliError, ResultsError, SweepConfigError, ConstraintError, gym.error.Error) as err:
+    except (CliError, ResultsError, SweepConfigError, ConstraintError, RenderError, gym.error.Error) as err:
         print(f"cgrpo {args.command}: error: {err}", file=sys.stderr)
         return 2
     except (KeyError, ValueError) as err:
