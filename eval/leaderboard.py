@@ -33,7 +33,7 @@ import html
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -297,8 +297,12 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
     return df[cols].reset_index(drop=True)
 
 
-def _task_section(task: str, df: pd.DataFrame, meta: TaskMeta, reasons: Sequence[str], tol: float) -> Section:
+def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reasons: Sequence[str], tol: float,
+                  references: pd.DataFrame | None = None) -> Section:
+    """The task's table: ranked algorithms, then reference policies (rank "ref")."""
     names = meta.constraint_names
+    parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
+    df = pd.concat(parts, ignore_index=True)
     header = ["rank", "algo", "seeds", "feasible seeds", "P(feasible)", "score IQM [95% CI]", "return IQM [95% CI]",
               "norm. return"]
     for c in meta.constraints:
@@ -308,7 +312,12 @@ def _task_section(task: str, df: pd.DataFrame, meta: TaskMeta, reasons: Sequence
     rows = []
     for r in df.to_dict("records"):
         n = int(r["seeds"])
-        rank = "—" if not math.isfinite(float(r["rank"])) else _rank_cell(float(r["rank"]), bool(r["shared"]))
+        if r["reference"]:
+            rank = "ref"
+        elif not math.isfinite(float(r["rank"])):
+            rank = "—"
+        else:
+            rank = _rank_cell(float(r["rank"]), bool(r["shared"]))
         cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _num(r["p_feasible"], 2),
                  _ci(r["score"], r["score_lo"], r["score_hi"], n), _ci(r["return"], r["return_lo"], r["return_hi"], n),
                  _num(r["norm"])]
@@ -329,10 +338,13 @@ def _task_section(task: str, df: pd.DataFrame, meta: TaskMeta, reasons: Sequence
         )
     if reasons:
         notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
-    if not (df["feasible_seeds"] > 0).any():
+    if references is not None:
+        notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
+                     "optimum): anchors evaluated like every run, not ranked.")
+    if ranked is not None and not (ranked["feasible_seeds"] > 0).any():
         notes.append(f"No algorithm is feasible on this task: no seed of any algorithm keeps every cost at most "
                      f"{tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
-    if int(df["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
+    if ranked is not None and int(ranked["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
         notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "
                      "algorithm is separated from it (ranks shared).")
     return Section(f"Task {task}", tuple(notes), tuple(header), tuple(rows))
@@ -449,15 +461,20 @@ def build_leaderboard(
     seed: int = stats.BOOTSTRAP_SEED,
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     lambda_max: Mapping[str, float] | None = None,
+    references: Collection[str] = (),
 ) -> Leaderboard:
     """Metrics, shared rankings and the page's sections from a long table.
 
     ``lambda_in_reward_units`` and ``lambda_max`` (per algorithm, as its runs record them,
-    ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class."""
+    ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class.
+    ``references`` name reference policies (``constrained_grpo.references``): their rows are
+    shown under each task without a rank, and they take part in no comparison."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
     runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max)
-    reasons_by_task = comparability(runs)
+    runs.insert(4, "reference", runs["algo"].isin(set(references)))
+    ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
+    reasons_by_task = comparability(runs_ranked)
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs['algo'].nunique()} algorithm(s).",
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
@@ -484,13 +501,16 @@ def build_leaderboard(
     for task in sorted(runs["task"].unique()):
         meta = tasks[task]
         reasons = reasons_by_task.get(task, ())
-        df = _per_task(runs[runs["task"] == task], meta, tol, reps, seed, ranked=not reasons)
-        if not reasons:
+        ranked = runs_ranked[runs_ranked["task"] == task]
+        df = _per_task(ranked, meta, tol, reps, seed, ranked=not reasons) if len(ranked) else None
+        if df is not None and not reasons:
             per_task[task] = df
-        sections.append(_task_section(task, df, meta, reasons, tol))
+        refs = ref_runs[ref_runs["task"] == task]
+        ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False) if len(refs) else None
+        sections.append(_task_section(task, df, meta, reasons, tol, ref_df))
     overall: dict[str, pd.DataFrame] = {}
-    for suite in sorted(runs["suite"].unique()):
-        secs, df = _suite_sections(suite, runs, per_task, tasks, reasons_by_task, reps, seed)
+    for suite in sorted(runs_ranked["suite"].unique()):
+        secs, df = _suite_sections(suite, runs_ranked, per_task, tasks, reasons_by_task, reps, seed)
         sections += secs
         if df is not None:
             overall[suite] = df
@@ -527,31 +547,112 @@ def render_markdown(lb: Leaderboard) -> str:
 
 
 _CSS = (
-    "body{font-family:system-ui,sans-serif;margin:2em;max-width:110em}"
-    "table{border-collapse:collapse;margin:0.5em 0 1.5em}"
-    "th,td{border:1px solid #ccc;padding:0.25em 0.5em;text-align:right;white-space:nowrap}"
-    "th{background:#f3f3f3}td:nth-child(2){text-align:left}"
-    "tr.infeasible td{color:#777}"
+    # Readable at 1,280 px: headers and long cells (intervals, lists) wrap, in a smaller font;
+    # a table still wider than the window scrolls inside its own box, rank and algo kept in view.
+    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:100%;font-size:15px;line-height:1.4}"
+    "p,dl{max-width:60em}"
+    ".wrap{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}"
+    "table{border-collapse:separate;border-spacing:0;font-size:13px}"
+    "th,td{border:1px solid #ccc;border-width:0 1px 1px 0;padding:0.2em 0.4em;text-align:right}"
+    "td{min-width:3em}td:nth-child(2){white-space:nowrap}td:last-child{min-width:9em}"
+    "tr>:first-child{border-left-width:1px}thead th{border-top-width:1px}"
+    "th{background:#f3f3f3;white-space:normal;vertical-align:bottom;min-width:3.5em;max-width:7.5em;"
+    "overflow-wrap:break-word;font-weight:600}"
+    "td:nth-child(2){text-align:left}"
+    "th:nth-child(1),td:nth-child(1){position:sticky;left:0;z-index:1;min-width:2.6em;max-width:2.6em}"
+    "th:nth-child(2),td:nth-child(2){position:sticky;left:3.4em;z-index:1;box-shadow:2px 0 2px -1px #bbb}"
+    "td:nth-child(1),td:nth-child(2){background:#fff}thead th:nth-child(-n+2){background:#f3f3f3;z-index:2}"
+    "tr.infeasible td{color:#777}tr.infeasible td:nth-child(-n+2){background:#fafafa}"
+    "dl.glossary{display:grid;grid-template-columns:max-content 1fr;gap:0.2em 1em;font-size:14px}"
+    "dl.glossary dt{font-weight:600}dl.glossary dd{margin:0}"
+    "figure{margin:0.5em 0 1.5em}figure img{max-width:100%;height:auto;border:1px solid #ddd}"
+    "figcaption{font-size:13px;color:#555}"
+)
+
+#: What each column means (a column named per constraint is matched by its prefix).
+_GLOSSARY: tuple[tuple[str, str], ...] = (
+    ("rank", "1 + the number of algorithms whose mean score is higher with a 95% paired-bootstrap interval of "
+     "the difference excluding 0; '=' marks a shared rank"),
+    ("algo", "the algorithm (cgrpo algos lists them)"),
+    ("seeds", "runs (seeds) of the algorithm on the task"),
+    ("tasks", "tasks of the suite the algorithm ran on"),
+    ("runs", "runs of the algorithm over the suite's tasks"),
+    ("feasible seeds", "seeds whose final policy has max_k max(0, J_k - d_k)/d_k within the tolerance"),
+    ("feasible runs", "runs whose final policy is feasible"),
+    ("P(feasible)", "share of bootstrap resamples of the seeds whose mean violation is within the tolerance"),
+    ("score", "constraint-aware score: max(normalised return, 0) if feasible, else minus the largest normalised "
+     "violation; IQM = interquartile mean over seeds, [95% bootstrap interval]"),
+    ("return", "evaluated return (sampled actions), IQM over seeds [95% interval]"),
+    ("norm. return", "1 - (R* - R)/|R*|: the return relative to the task's exact optimum R*"),
+    ("J ", "mean evaluated episodic cost of the constraint, against its limit d"),
+    ("within ", "share of evaluation episodes whose cost is within the limit"),
+    ("viol. ", "normalised violation max(0, J - d)/d"),
+    ("greedy return", "return of the greedy (mode) policy on the same episodes"),
+    ("greedy feasible", "seeds whose greedy policy is feasible"),
+    ("avg-iterate return", "mean return over the last 20% of training iterations (the average iterate)"),
+    ("avg-iterate feasible", "seeds (or runs) whose average iterate is feasible"),
+    ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.stability), IQM [95% interval]"),
+    ("λ class", "most common stability class of the multipliers over seeds"),
+    ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
+    ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),
+    ("mean task rank", "mean over tasks of the fractional rank of the per-task score IQM"),
+    ("not separated from", "algorithms whose score the bootstrap does not separate from this one"),
 )
 
 
-def render_html(lb: Leaderboard) -> str:
-    """The leaderboard as one static HTML page (no scripts, no external files)."""
+def _glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
+    """The glossary entries of the columns that appear in ``headers``, in glossary order."""
+    present = []
+    for key, text in _GLOSSARY:
+        if any(h == key or h.startswith(key) or (key in ("score", "return") and h.startswith(key + " ")) for h in headers):
+            present.append((key.strip() + (" …" if key.endswith(" ") else ""), text))
+    return present
+
+
+def _unbroken_groups(cell: str) -> str:
+    """Spaces inside (...) and [...] made non-breaking: a value and its interval wrap onto two
+    lines at most, never inside the interval.
+
+    >>> _unbroken_groups("0.5 [0.1, 0.9]")
+    '0.5 [0.1,\xa00.9]'
+    """
+    return re.sub(r"[\[(][^\])]*[\])]", lambda m: m.group(0).replace(" ", "\u00a0"), cell)
+
+
+def render_html(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
+    """The leaderboard as one static HTML page (no scripts, no external files but ``figures``):
+    a table per section, a glossary of the columns, and the ``figures`` (paths relative to
+    the page, e.g. ``plots/<task>_curves.png``) embedded after the tables."""
     out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
+           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
            "<title>constrained-grpo leaderboard</title>", f"<style>{_CSS}</style></head><body>",
            "<h1>constrained-grpo leaderboard</h1>"]
     out += [f"<p>{html.escape(p)}</p>" for p in lb.preamble]
+    headers: list[str] = []
     for s in lb.sections:
         out.append(f"<h2>{html.escape(s.title)}</h2>")
         out += [f"<p>{html.escape(n)}</p>" for n in s.notes]
         if not s.header:
             continue
-        out.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr></thead><tbody>")
+        headers += [h for h in s.header if h not in headers]
+        out.append("<div class=\"wrap\"><table><thead><tr>"
+                   + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr></thead><tbody>")
         feas_col = s.header.index("feasible seeds") if "feasible seeds" in s.header else None
         for row in s.rows:
             cls = ' class="infeasible"' if feas_col is not None and row[feas_col].startswith("0/") else ""
-            out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>")
-        out.append("</tbody></table>")
+            out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_unbroken_groups(c))}</td>" for c in row) + "</tr>")
+        out.append("</tbody></table></div>")
+    entries = _glossary(headers)
+    if entries:
+        out.append("<h2>Columns</h2><dl class=\"glossary\">")
+        out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in entries]
+        out.append("</dl>")
+    if figures:
+        out.append("<h2>Figures</h2>")
+        for f in figures:
+            src = html.escape(str(f), quote=True)
+            out.append(f"<figure><a href=\"{src}\"><img src=\"{src}\" alt=\"{src}\" loading=\"lazy\"></a>"
+                       f"<figcaption>{html.escape(str(f))}</figcaption></figure>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 

@@ -549,20 +549,22 @@ def load_results(
 
 
 def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
-    """Per algorithm of the complete runs under ``root``, what its runs record about its
-    multipliers: ``lambda_in_reward_units`` (``config.json``; True only if every run says so)
-    and ``lambda_max`` (``done.json``; None unless every run records the same bound)."""
+    """Per algorithm of the complete runs under ``root``, what its runs record about it:
+    ``lambda_in_reward_units`` and ``reference`` (``config.json``; True only if every run
+    says so) and ``lambda_max`` (``done.json``; None unless every run records the same bound)."""
     out: dict[str, dict[str, Any]] = {}
     for path in find_runs(root):
         try:
             algo = storage.read_json(path / storage.CONFIG_FILE)["algo"]
             name, units = str(algo["name"]), bool(algo.get("lambda_in_reward_units", False))
+            reference = bool(algo.get("reference", False))
             bound = storage.read_json(path / storage.DONE_FILE).get("lambda_max")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         bound = float(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else None
-        prev = out.setdefault(name, {"lambda_in_reward_units": units, "lambda_max": bound})
+        prev = out.setdefault(name, {"lambda_in_reward_units": units, "lambda_max": bound, "reference": reference})
         prev["lambda_in_reward_units"] = prev["lambda_in_reward_units"] and units
+        prev["reference"] = prev["reference"] and reference
         if prev["lambda_max"] != bound:
             prev["lambda_max"] = None
     return out

@@ -362,6 +362,7 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "description": spec_info.description,
             "constrained": spec_info.constrained,
             "lambda_in_reward_units": spec_info.lambda_in_reward_units,
+            "reference": spec_info.reference,
             # What make_agent builds from defaults, variant, family table, preset and overrides.
             "resolved": resolve_config(spec.algo, spec.task, **spec.config),
             "defaults": dict(spec_info.defaults),

@@ -76,6 +76,15 @@ class GridWorldEnv(gym.Env[np.ndarray, np.int64]):
 
         return solve_optimum(self.options)
 
+    def reference_policies(self) -> dict[str, Any]:
+        """Policies that anchor the leaderboard, as ``act(obs, deterministic)``: ``optimal``,
+        the LP's constrained optimum (its expected return is R* and its costs meet the
+        limits), and ``unconstrained``, the cheapest reward-maximising policy."""
+        from constrained_grpo.envs.gridworld.policies import optimal_policy
+
+        opt = self.optimum()
+        return {"optimal": optimal_policy(self.model, opt, True), "unconstrained": optimal_policy(self.model, opt, False)}
+
     def _obs(self) -> np.ndarray:
         m = self.model
         obs = np.zeros(m.obs_dim, dtype=np.float32)

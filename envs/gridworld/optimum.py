@@ -16,7 +16,7 @@ Dropping the cost rows gives the unconstrained optimum.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -54,14 +54,52 @@ class GridOptimum:
     cost_names: tuple[str, ...]
     limits: tuple[float, ...]
     num_variables: int
+    policy_index: "_PolicyIndex | None" = field(default=None, repr=False, compare=False)
 
     def gap(self, achieved_return: float) -> float:
         """Relative gap ``(R* - R) / |R*|`` of an achieved return to the constrained optimum."""
         return (self.constrained_return - achieved_return) / max(abs(self.constrained_return), 1e-12)
 
+    def action_probs(self, t: int, state: int, constrained: bool = True) -> np.ndarray:
+        """The optimal policy pi*(a | t, s) = x[t, s, a] / sum_a' x[t, s, a'] of the constrained
+        (or the cheapest unconstrained) LP solution, at time t in state s = 8 * cell + flags.
 
-def _build(model: GridModel) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray, np.ndarray, int]:
-    """Enumerate the reachable time-augmented states; return A_eq, b_eq, r, C (K x n), n.
+        A state the optimal policy never reaches has no occupancy; any action is optimal
+        there, and it gets the uniform distribution.
+        """
+        if self.policy_index is None:
+            raise ValueError("this optimum was built without its policy")
+        return self.policy_index.probs(t, state, constrained)
+
+
+@dataclass(frozen=True)
+class _PolicyIndex:
+    """Where x[t, s, :] lives among the LP's variables, and both solutions."""
+
+    layers: tuple[dict[int, int], ...]
+    col_base: tuple[int, ...]
+    keep: int
+    x_constrained: np.ndarray
+    x_unconstrained: np.ndarray
+
+    def probs(self, t: int, state: int, constrained: bool) -> np.ndarray:
+        uniform = np.full(4, 0.25)
+        if not 0 <= t < len(self.layers):
+            return uniform
+        sidx = self.layers[t].get(int(state) & self.keep)
+        if sidx is None:
+            return uniform
+        col = self.col_base[t] + 4 * sidx
+        x = (self.x_constrained if constrained else self.x_unconstrained)[col:col + 4]
+        x = np.maximum(x, 0.0)
+        total = float(x.sum())
+        return x / total if total > 1e-12 else uniform
+
+
+def _build(model: GridModel) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray, np.ndarray, int, list[dict[int, int]], int]:
+    """Enumerate the reachable time-augmented states; return A_eq, b_eq, r, C (K x n), n,
+    the layers (per t, state -> its index; variable x[t, s, a] is column
+    4 (sum of earlier layers' sizes) + 4 index + a) and the flag mask.
 
     Uses the same transition tables as the batched env. Flags that no reward or cost
     depends on are masked out of the state, which merges states without changing the
@@ -122,7 +160,7 @@ def _build(model: GridModel) -> tuple[sparse.csr_matrix, np.ndarray, np.ndarray,
     a_eq = sparse.csr_matrix((eq_vals, (eq_rows, eq_cols)), shape=(n_rows, n_vars))
     b_eq = np.zeros(n_rows)
     b_eq[0] = 1.0
-    return a_eq, b_eq, np.asarray(rewards), np.asarray(costs).T.reshape(tab.costs.shape[1], -1), n_vars
+    return a_eq, b_eq, np.asarray(rewards), np.asarray(costs).T.reshape(tab.costs.shape[1], -1), n_vars, layers, int(keep)
 
 
 _CACHE: dict[tuple[Any, ...], GridOptimum] = {}
@@ -130,7 +168,7 @@ _CACHE: dict[tuple[Any, ...], GridOptimum] = {}
 
 def _solve(options: GridOptions) -> GridOptimum:
     model = GridModel(options)
-    a_eq, b_eq, r, c, n = _build(model)
+    a_eq, b_eq, r, c, n, layers, keep = _build(model)
     limits = np.array([con.limit for con in model.constraints])
     free = linprog(-r, A_eq=a_eq, b_eq=b_eq, bounds=(0, None), method="highs")
     if free.status != 0:
@@ -157,6 +195,8 @@ def _solve(options: GridOptions) -> GridOptimum:
     if res.status != 0:
         raise RuntimeError(f"constrained LP failed: {res.message}")
     duals = -np.asarray(res.ineqlin.marginals)
+    bases = np.concatenate([[0], np.cumsum([4 * len(layer) for layer in layers])[:-1]]).astype(int)
+    index = _PolicyIndex(tuple(layers), tuple(int(b) for b in bases), keep, np.asarray(res.x), np.asarray(free_x))
     return GridOptimum(
         constrained_return=float(-res.fun),
         unconstrained_return=best,
@@ -167,6 +207,7 @@ def _solve(options: GridOptions) -> GridOptimum:
         cost_names=model.cost_names,
         limits=tuple(float(v) for v in limits),
         num_variables=n,
+        policy_index=index,
     )
 
 

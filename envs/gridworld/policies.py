@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from constrained_grpo.envs.gridworld.model import GridModel
 
-__all__ = ["ROUTES", "route_actions", "route_policy"]
+__all__ = ["ROUTES", "cell_of", "optimal_policy", "route_actions", "route_policy"]
 
 #: route name -> (cell kinds to avoid, whether to collect the gem first)
 ROUTES: dict[str, tuple[str, bool]] = {
@@ -61,6 +62,35 @@ def route_actions(model: GridModel, route: str) -> list[int]:
     return _bfs_path(model, model.start, goals, avoid)
 
 
+def cell_of(model: GridModel, obs: np.ndarray) -> int:
+    """The agent's cell in a one-hot or coordinate observation."""
+    if model.options.obs_mode == "onehot":
+        return int(np.argmax(obs[: model.pos_dim]))
+    return int(round(float(obs[0]) * (model.n_rows - 1))) * model.n_cols + int(round(float(obs[1]) * (model.n_cols - 1)))
+
+
+def optimal_policy(model: GridModel, optimum: Any, constrained: bool = True) -> Callable[[np.ndarray, bool], int]:
+    """The exact optimal policy of the LP (``optimum.action_probs``) as ``act(obs, deterministic)``.
+
+    The observation holds the cell, the three flags and t / max_steps, which is the LP's
+    time-augmented state. Sampled actions come from numpy's global generator (the
+    harness seeds it for the evaluation); ``deterministic`` takes the most likely action,
+    which is one route of a mixture and so is not optimal where the optimum mixes.
+    """
+    p = model.pos_dim
+
+    def act(obs: np.ndarray, deterministic: bool = False) -> int:
+        obs = np.asarray(obs, dtype=np.float64)
+        flags = int(obs[p] > 0.5) | int(obs[p + 1] > 0.5) << 1 | int(obs[p + 2] > 0.5) << 2
+        t = int(round(float(obs[p + 3]) * model.max_steps))
+        probs = optimum.action_probs(t, 8 * cell_of(model, obs) + flags, constrained)
+        if deterministic:
+            return int(np.argmax(probs))
+        return int(np.searchsorted(np.cumsum(probs), np.random.random_sample() * probs.sum(), side="right").clip(0, 3))
+
+    return act
+
+
 def route_policy(model: GridModel, route: str) -> Callable[[np.ndarray], int]:
     """A closed-loop policy ``obs -> action`` that follows ``route`` (re-planning after a slip).
 
@@ -74,12 +104,7 @@ def route_policy(model: GridModel, route: str) -> Callable[[np.ndarray], int]:
 
     def act(obs: np.ndarray) -> int:
         p = model.pos_dim
-        if model.options.obs_mode == "onehot":
-            cell = int(np.argmax(obs[:p]))
-        else:
-            cell = int(round(float(obs[0]) * (model.n_rows - 1))) * model.n_cols + int(
-                round(float(obs[1]) * (model.n_cols - 1))
-            )
+        cell = cell_of(model, obs)
         targets = gem_cells if via_gem and gem_cells and obs[p] < 0.5 else goals
         if cell in targets:
             targets = goals

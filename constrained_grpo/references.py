@@ -1,0 +1,134 @@
+"""Reference policies: unranked anchors of the leaderboard, run through the harness like agents.
+
+* ``ref-random``: uniformly random actions (``action_space.sample`` on a seeded space), on
+  every task;
+* ``ref-optimal``: the task's exact constrained optimum, where the task offers one
+  (``env.unwrapped.reference_policies()["optimal"]``; the gridworlds' LP policy): its
+  evaluated return must land on R* and its costs on the limits, an end-to-end check of
+  the evaluation pipeline;
+* ``ref-unconstrained``: the task's reward-maximising policy that ignores the limits.
+
+They do not learn. ``learn`` plays ``episodes`` evaluation-free episodes and logs them as
+one iteration (Contract 2 asks for a record per iteration); the harness then evaluates them
+like any run, on the same episodes. The leaderboard shows their rows without a rank
+(``AgentSpec.reference``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from constrained_grpo.constraints import get_constraints
+from constrained_grpo.registry import EvalResult, register_agent
+from constrained_grpo.tasks import make_env, rollout_episodes
+
+__all__ = ["REFERENCES", "ReferenceAgent"]
+
+#: registry name -> (policy key, description)
+REFERENCES: dict[str, tuple[str, str]] = {
+    "ref-random": ("random", "reference: uniformly random actions (unranked)"),
+    "ref-optimal": ("optimal", "reference: the task's exact constrained optimum, e.g. the gridworld LP policy (unranked)"),
+    "ref-unconstrained": ("unconstrained", "reference: the reward-maximising policy that ignores the limits (unranked)"),
+}
+
+
+class ReferenceAgent:
+    """A fixed policy with the agent interface (Contract 2).
+
+    Args:
+        env_id: the task.
+        seed: seeds the random policy's action space and the episodes ``learn`` plays.
+        policy: ``random`` or a key of the task's ``reference_policies()``.
+        episodes: episodes ``learn`` plays and logs as its one iteration.
+        env_kwargs: the task's constructor keywords; limits: the run's limits (the task's
+            keyword ``limits``, so that the optimal policy is the one for them).
+    """
+
+    def __init__(self, env_id: str, seed: int = 0, *, policy: str = "random", episodes: int = 20,
+                 env_kwargs: dict[str, Any] | None = None, limits: Any = None) -> None:
+        if episodes < 1:
+            raise ValueError(f"episodes={episodes!r} must be >= 1")
+        self.env_id, self.seed, self.policy = env_id, int(seed), policy
+        self.episodes = int(episodes)
+        # Limits are constructor keywords (Contract 1): the optimum is then the one for them.
+        self.env = make_env(env_id, **dict(env_kwargs or {}), **({} if limits is None else {"limits": limits}))
+        self.constraints = get_constraints(self.env)
+        if policy == "random":
+            space = self.env.action_space
+            space.seed(self.seed)
+            self._act: Callable[[np.ndarray, bool], Any] = lambda obs, deterministic: space.sample()
+        else:
+            offered = getattr(self.env.unwrapped, "reference_policies", None)
+            table = offered() if callable(offered) else {}
+            if policy not in table:
+                self.env.close()
+                raise ValueError(
+                    f"task {env_id!r} offers no {policy!r} reference policy (it offers {sorted(table) or 'none'}); "
+                    "use ref-random there"
+                )
+            self._act = table[policy]
+
+    @property
+    def multipliers(self) -> np.ndarray:
+        return np.zeros(0)
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> Any:
+        """The reference policy's action (its most likely action when ``deterministic``)."""
+        return self._act(obs, deterministic)
+
+    def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "ReferenceAgent":
+        """No learning: one iteration of ``episodes`` sampled episodes, logged."""
+        start = time.perf_counter()
+        state = np.random.get_state()
+        np.random.seed(self.seed % 2**32)
+        try:
+            res = rollout_episodes(self.env, lambda o: self._act(o, False), self.episodes, seed=self.seed * 10_007)
+        finally:
+            np.random.set_state(state)
+        if log is not None:
+            log({
+                "env_steps": int(res.lengths.sum()),
+                "wall_s": time.perf_counter() - start,
+                "ep_return": float(res.returns.mean()),
+                "ep_cost": res.costs.mean(axis=0).tolist(),
+                "multipliers": [],
+            })
+        return self
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> EvalResult:
+        """``n_episodes`` episodes from reset seeds ``1_000_000 + i`` (the harness uses ``act``)."""
+        return rollout_episodes(self.env, lambda o: self._act(o, deterministic), n_episodes, seed=1_000_000)
+
+    def save(self, path: str | Path) -> Path:
+        """Nothing to save but what the policy is."""
+        import json
+
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "reference.json").write_text(json.dumps({"env_id": self.env_id, "seed": self.seed, "policy": self.policy}))
+        return out
+
+
+def make_ref_random(env_id: str, seed: int = 0, **config: Any) -> ReferenceAgent:
+    """Registry entry point of ``ref-random``."""
+    return ReferenceAgent(env_id, seed, policy="random", **config)
+
+
+def make_ref_optimal(env_id: str, seed: int = 0, **config: Any) -> ReferenceAgent:
+    """Registry entry point of ``ref-optimal``."""
+    return ReferenceAgent(env_id, seed, policy="optimal", **config)
+
+
+def make_ref_unconstrained(env_id: str, seed: int = 0, **config: Any) -> ReferenceAgent:
+    """Registry entry point of ``ref-unconstrained``."""
+    return ReferenceAgent(env_id, seed, policy="unconstrained", **config)
+
+
+for _name, (_policy, _description) in REFERENCES.items():
+    register_agent(_name, f"constrained_grpo.references:make_{_name.replace('-', '_')}", description=_description,
+                   constrained=False, reference=True)
