@@ -1,8 +1,10 @@
 """The Contract-2 agent around the SB3 models: ``ppo``, ``ppo-lag`` and ``pid-lag``.
 
 ``BaselineAgent`` owns an SB3 model (``stable_baselines3.PPO`` for ``ppo``,
-:class:`PPOLagrangian` otherwise) on a ``DummyVecEnv`` of ``make_env(env_id)`` copies,
-each wrapped in ``RecordEpisodeCost``. It offers ``learn(total_env_steps, log)``,
+:class:`PPOLagrangian` otherwise) on the task's batched twin where it has one
+(:class:`~constrained_grpo.baselines.vec_env.GymVectorVecEnv` over ``make_vec_env``),
+else on a ``DummyVecEnv`` of ``make_env(env_id)`` copies, each wrapped in
+``RecordEpisodeCost`` (``PPOConfig.vec_env``). It offers ``learn(total_env_steps, log)``,
 ``evaluate(n_episodes, deterministic)``, ``save(path)`` and ``load(path)``; :func:`load_agent`
 rebuilds a saved agent from its directory alone.
 
@@ -16,10 +18,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import time
+import zipfile
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -31,14 +35,25 @@ import stable_baselines3
 import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
 from torch import nn
 
+from constrained_grpo.agents.trainer import (
+    NonFiniteRolloutError,
+    NonFiniteUpdateError,
+    check_finite_observations,
+    check_finite_parameters,
+)
 from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig
+from constrained_grpo.baselines.first_order import CUPConfig, FOCOPSConfig, P3OConfig, RCPOConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
+from constrained_grpo.baselines.saute import SauteConfig
+from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
+from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
+from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
 from constrained_grpo.wrappers import RecordEpisodeCost
@@ -49,9 +64,11 @@ __all__ = [
     "BaselineSpec",
     "load_agent",
     "make_baseline",
+    "make_baseline_vec_env",
     "make_pid_lag",
     "make_ppo",
     "make_ppo_lag",
+    "resolve_baseline_config",
     "sb3_ppo_kwargs",
 ]
 
@@ -76,10 +93,12 @@ class BaselineSpec:
     config_cls: type[PPOConfig]
     preset: Mapping[str, Any]
     description: str
+    #: Whether lambda multiplies costs against the reward in reward units (None: = constrained).
+    lambda_in_reward_units: bool | None = None
 
     @property
     def constrained(self) -> bool:
-        return issubclass(self.config_cls, PPOLagConfig)
+        return issubclass(self.config_cls, PPOLagConfig) or getattr(self.config_cls, "constrained_method", False)
 
 
 #: The baselines, keyed by registry name. A preset overrides the config class's defaults.
@@ -97,6 +116,15 @@ BASELINES: dict[str, BaselineSpec] = {
         {"multiplier_rule": "pid", "multiplier_kp": 0.05, "multiplier_ki": 0.01, "multiplier_kd": 0.01},
         "PID-Lagrangian on stable-baselines3 (Stooke, Achiam & Abbeel 2020)",
     ),
+    # The other constrained baselines (baselines/trust_region.py, first_order.py, saute.py).
+    "trpo-lag": BaselineSpec(TRPOLagConfig, {}, "TRPO-Lagrangian: TRPO on PPO-Lagrangian's advantage (Ray et al. 2019)", True),
+    "cpo": BaselineSpec(CPOConfig, {}, "Constrained Policy Optimization, K >= 1 (Achiam et al. 2017)", False),
+    "pcpo": BaselineSpec(PCPOConfig, {}, "Projection-based CPO, KL projection, K >= 1 (Yang et al. 2020)", False),
+    "focops": BaselineSpec(FOCOPSConfig, {}, "First Order Constrained Optimization in Policy Space (Zhang et al. 2020)", True),
+    "cup": BaselineSpec(CUPConfig, {}, "Constrained Update Projection (Yang et al. 2022)", False),
+    "p3o": BaselineSpec(P3OConfig, {}, "Penalized PPO, exact penalty kappa = 20 (Zhang et al. 2022)", False),
+    "rcpo": BaselineSpec(RCPOConfig, {}, "Reward Constrained Policy Optimization: PPO on r - lambda c (Tessler et al. 2019)", True),
+    "saute-ppo": BaselineSpec(SauteConfig, {}, "Saute RL: PPO on the budget-augmented state (Sootla et al. 2022)", False),
 }
 
 
@@ -130,6 +158,27 @@ def _probe_cost_contract(env_id: str, env_kwargs: Mapping[str, Any], seed: int) 
         env.close()
 
 
+def use_batched_env(env_id: str, config: PPOConfig) -> bool:
+    """Whether ``config.vec_env`` steps ``env_id`` through its batched twin."""
+    if config.vec_env == "auto":
+        return has_batched_twin(env_id)
+    if config.vec_env == "batched" and not has_batched_twin(env_id):
+        raise ValueError(
+            f"vec_env='batched' but {env_id!r} registers no batched twin (vector_entry_point); "
+            "use vec_env='auto' or 'dummy'"
+        )
+    return config.vec_env == "batched"
+
+
+def make_baseline_vec_env(env_id: str, config: PPOConfig, constraints: Sequence[Constraint]) -> VecEnv:
+    """The SB3 ``VecEnv`` of ``config.n_envs`` copies of ``env_id`` that ``config.vec_env``
+    names: :class:`GymVectorVecEnv` over the batched twin, or ``DummyVecEnv`` of
+    ``RecordEpisodeCost`` copies. Both report ``info["episode"]`` with ``r``, ``l``, ``c``."""
+    if use_batched_env(env_id, config):
+        return make_sb3_vec_env(env_id, config.n_envs, constraints, **config.env_kwargs)
+    return DummyVecEnv([partial(_recorded_env, env_id, dict(config.env_kwargs))] * config.n_envs)
+
+
 def sb3_ppo_kwargs(config: PPOConfig, seed: int) -> dict[str, Any]:
     """The keywords of SB3's ``PPO`` that ``config`` sets (shared with the speed benchmark)."""
     return dict(
@@ -155,6 +204,10 @@ def sb3_ppo_kwargs(config: PPOConfig, seed: int) -> dict[str, Any]:
     )
 
 
+#: Losses of a log record that must be finite (SB3's logged means over the update).
+_LOSS_KEYS: tuple[str, ...] = ("policy_loss", "value_loss", "entropy_loss", "approx_kl", "cost_value_loss")
+
+
 class _ContractLog(BaseCallback):
     """Calls ``log(record)`` once per iteration, right after SB3's policy update.
 
@@ -173,11 +226,25 @@ class _ContractLog(BaseCallback):
 
     def _on_step(self) -> bool:
         dones, infos = self.locals["dones"], self.locals["infos"]
+        self._check_finite()
         for idx in np.flatnonzero(dones):
             ep = infos[idx].get("episode")
             if ep is not None:  # RecordEpisodeCost's r, l, c
                 self._episodes.append((float(ep["r"]), np.asarray(ep["c"], dtype=np.float64), int(ep["l"])))
         return True
+
+    def _check_finite(self) -> None:
+        """Stop on a NaN/inf observation, reward or cost vector of this step, before SB3 stores it."""
+        step = f"env step {self.agent.env_steps}"
+        check_finite_observations(np.asarray(self.locals["new_obs"]), step)
+        for name in ("rewards", "costs"):  # costs: PPOLagrangian's (n_envs, K) matrix
+            values = self.locals.get(name)
+            if values is not None and not np.isfinite(values).all():
+                rows = np.flatnonzero(~np.isfinite(np.asarray(values).reshape(len(values), -1)).all(axis=1))
+                raise NonFiniteRolloutError(
+                    f"{step}: non-finite {name[:-1]} from env(s) {rows[:8].tolist()}; training stopped "
+                    f"(every earlier iteration was logged). Check the task's {name[:-1]} for NaN or inf."
+                )
 
     def _on_rollout_end(self) -> None:
         self._pending, self._episodes = self._episodes, []
@@ -193,6 +260,14 @@ class _ContractLog(BaseCallback):
             return
         episodes, self._pending = self._pending, None
         record = self.agent._iteration_record(episodes, self.agent._wall_s + time.perf_counter() - self._start)
+        where = f"iteration {record['iteration']}"
+        bad = [k for k in _LOSS_KEYS if k in record and not math.isfinite(record[k])]
+        if bad:
+            raise NonFiniteUpdateError(
+                f"{where}: non-finite {', '.join(f'{k}={record[k]}' for k in bad)}; training stopped "
+                "(every earlier iteration was logged)"
+            )
+        check_finite_parameters(self.agent.model.policy, where)
         if self.log is not None:
             self.log(record)
 
@@ -210,7 +285,9 @@ class BaselineAgent:
     def __init__(self, env_id: str, seed: int = 0, config: PPOConfig | None = None, name: str = "ppo"):
         self.env_id = env_id
         self.seed = int(seed)
-        self.config = config if config is not None else PPOConfig()
+        given = config if config is not None else PPOConfig()
+        # n_envs, n_steps and batch_size left at None take the sizes of the env path the task gets.
+        self.config = given.resolved(use_batched_env(env_id, given))
         self.name = name
         self.constrained = isinstance(self.config, PPOLagConfig)
         th.set_num_threads(self.config.torch_threads)
@@ -219,11 +296,15 @@ class BaselineAgent:
         self.constraints: tuple[Constraint, ...] = (
             override_limits(declared, cfg.limits) if isinstance(cfg, PPOLagConfig) else declared
         )
-        self.env = DummyVecEnv([partial(_recorded_env, env_id, dict(cfg.env_kwargs))] * cfg.n_envs)
+        self.env = make_baseline_vec_env(env_id, cfg, self.constraints)
         sb3_kwargs = sb3_ppo_kwargs(cfg, self.seed)
         self.model: PPO
         if isinstance(cfg, PPOLagConfig):
             multiplier = make_multiplier([c.limit for c in self.constraints], cfg.multiplier)
+            build = getattr(cfg, "build_model", None)  # the other constrained baselines' own model
+        if isinstance(cfg, PPOLagConfig) and build is not None:
+            self.model = build(self.env, self.constraints, multiplier, sb3_kwargs)
+        elif isinstance(cfg, PPOLagConfig):
             self.model = PPOLagrangian(
                 self.env,
                 self.constraints,
@@ -258,6 +339,13 @@ class BaselineAgent:
         if isinstance(self.model, PPOLagrangian):
             return self.model.multiplier.values.copy()
         return np.zeros(0)
+
+    @property
+    def lambda_max(self) -> float | None:
+        """The bound of the multipliers' projection [0, lambda_max] (None for ``ppo``)."""
+        if isinstance(self.model, PPOLagrangian):
+            return float(self.model.multiplier.config.lambda_max)
+        return None
 
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "BaselineAgent":
         """Train for ``total_env_steps`` more env steps (rounded up to whole rollouts of
@@ -315,6 +403,10 @@ class BaselineAgent:
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """The policy's action for ``obs`` (one observation or a batch)."""
         return self.model.predict(obs, deterministic=deterministic)[0]
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """The action for one observation (Contract 2; sampling uses torch's global generator)."""
+        return self.predict(obs, deterministic)
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
         """``n_episodes`` episodes on a fresh env; episode i starts from ``reset(seed + i)``.
@@ -374,7 +466,9 @@ class BaselineAgent:
                 "constrained_grpo.baselines.load_agent(path)"
             )
         # set_parameters reads only the zip's .pth members, with torch.load(weights_only=True).
-        self.model.set_parameters(str(path / "model.zip"), exact_match=True, device=self.config.device)
+        _check_zip(path / "model.zip")
+        with reading_checkpoint(path / "model.zip", "policy weights and optimizer state"):
+            self.model.set_parameters(str(path / "model.zip"), exact_match=True, device=self.config.device)
         self.model.num_timesteps = int(state["num_timesteps"])
         self.iterations = int(state["iterations"])
         self._wall_s = float(state["wall_s"])
@@ -392,10 +486,29 @@ def _read_state(path: Path) -> dict[str, Any]:
     file = path / "agent.json"
     if not file.is_file():
         raise FileNotFoundError(f"{file} not found; save an agent there with agent.save({str(path)!r})")
-    state = json.loads(file.read_text())
+    state = read_saved_json(file, ("format",), "saved baseline agent")
     if state.get("format") != SAVE_FORMAT:
         raise ValueError(f"{file} has format {state.get('format')!r}; this code reads format {SAVE_FORMAT}")
     return state
+
+
+def _check_zip(file: Path) -> None:
+    """:class:`CheckpointError` naming ``file`` unless it is a whole zip with SB3's members."""
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing: {file.parent} is not a complete saved agent; save it again")
+    try:
+        with zipfile.ZipFile(file) as archive:
+            bad = archive.testzip()
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError, EOFError) as err:
+        raise CheckpointError(f"{file} is not a readable zip archive ({err}); it is truncated or damaged, save the agent again") from None
+    if bad is not None:
+        raise CheckpointError(f"{file}: member {bad!r} fails its CRC check; the archive is damaged, save the agent again")
+    if "policy.pth" not in names:
+        raise CheckpointError(
+            f"{file} is not a whole SB3 model archive (no policy.pth among {len(names)} member(s)); "
+            "it is truncated or damaged, save the agent again"
+        )
 
 
 def _config_class(name: str) -> type[PPOConfig]:
@@ -411,7 +524,8 @@ def load_agent(path: str | Path) -> BaselineAgent:
     path = Path(path)
     state = _read_state(path)
     config = _config_class(state["name"]).from_dict(state["config"])
-    return BaselineAgent(state["env_id"], state["seed"], config, name=state["name"]).load(path)
+    agent_cls = getattr(config, "agent_class", lambda: BaselineAgent)()
+    return agent_cls(state["env_id"], state["seed"], config, name=state["name"]).load(path)
 
 
 def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
@@ -420,7 +534,21 @@ def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> Basel
         spec = BASELINES[name]
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
-    return BaselineAgent(env_id, seed, spec.config_cls.from_dict({**spec.preset, **config}), name=name)
+    agent_cls = getattr(spec.config_cls, "agent_class", lambda: BaselineAgent)()
+    return agent_cls(env_id, seed, spec.config_cls.from_dict({**spec.preset, **config}), name=name)
+
+
+def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
+    """The configuration ``make_baseline(name, env_id, **config)`` builds, as JSON values,
+    without building the agent: ``{"kind": "baseline", "algo", "config"}``, with ``n_envs``,
+    ``n_steps`` and ``batch_size`` resolved for the env path the task gets (``vec_env``).
+    Raises the config's one-line error for a misspelled option or a bad value."""
+    try:
+        spec = BASELINES[name]
+    except KeyError:
+        raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
+    cfg = spec.config_cls.from_dict({**spec.preset, **config})
+    return {"kind": "baseline", "algo": name, "config": cfg.resolved(use_batched_env(env_id, cfg)).to_dict()}
 
 
 def make_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
@@ -436,3 +564,8 @@ def make_ppo_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
 def make_pid_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
     """Registry entry point of ``pid-lag``."""
     return make_baseline("pid-lag", env_id, seed, **config)
+
+
+for _name, _factory in (("ppo", make_ppo), ("ppo-lag", make_ppo_lag), ("pid-lag", make_pid_lag)):
+    # registry.resolve_config reads it: a run's config.json records the resolved sizes.
+    _factory.resolve_config = partial(resolve_baseline_config, _name)  # type: ignore[attr-defined]

@@ -1,0 +1,45 @@
+"""Registry entry points of the constrained baselines beyond ``ppo-lag`` / ``pid-lag``
+(one per name: the registry calls ``factory(env_id, seed, **config)``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from constrained_grpo.baselines.agent import BaselineAgent, make_baseline
+
+__all__ = ["make_cpo", "make_cup", "make_focops", "make_p3o", "make_pcpo", "make_rcpo", "make_trpo_lag"]
+
+
+def make_trpo_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``trpo-lag``."""
+    return make_baseline("trpo-lag", env_id, seed, **config)
+
+
+def make_cpo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``cpo``."""
+    return make_baseline("cpo", env_id, seed, **config)
+
+
+def make_pcpo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``pcpo``."""
+    return make_baseline("pcpo", env_id, seed, **config)
+
+
+def make_focops(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``focops``."""
+    return make_baseline("focops", env_id, seed, **config)
+
+
+def make_cup(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``cup``."""
+    return make_baseline("cup", env_id, seed, **config)
+
+
+def make_p3o(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``p3o``."""
+    return make_baseline("p3o", env_id, seed, **config)
+
+
+def make_rcpo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``rcpo``."""
+    return make_baseline("rcpo", env_id, seed, **config)

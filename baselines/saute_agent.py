@@ -1,0 +1,68 @@
+"""``saute-ppo``: the Contract-2 agent of Saute RL (:mod:`constrained_grpo.baselines.saute`)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch as th
+from stable_baselines3 import PPO
+
+from constrained_grpo.baselines.agent import EVAL_SEED_OFFSET, BaselineAgent, make_baseline, sb3_ppo_kwargs
+from constrained_grpo.baselines.config import PPOConfig
+from constrained_grpo.baselines.saute import SauteConfig, SauteObservation, SauteVecEnv, _check_limits
+from constrained_grpo.constraints import override_limits
+from constrained_grpo.registry import EvalResult
+from constrained_grpo.tasks import make_env, rollout_episodes
+
+__all__ = ["SauteAgent", "make_saute_ppo"]
+
+
+class SauteAgent(BaselineAgent):
+    """A Contract-2 agent: SB3's PPO on the Saute-augmented task (module docstring).
+
+    Its policy needs the remaining budgets, which the task's observation does not hold:
+    :meth:`wrap_eval_env` gives the harness a wrapper that tracks them from the step costs
+    and appends them to the observation, leaving the task's reward and costs as they are, so
+    that ``act`` sees what the policy was trained on and the evaluation is the harness's own.
+    """
+
+    def wrap_eval_env(self, env: Any) -> SauteObservation:
+        """``env`` with the budget-augmented observation (the task's own reward and costs)."""
+        cfg: SauteConfig = self.config  # type: ignore[assignment]
+        return SauteObservation(env, self.limits, cfg.saute_gamma)
+
+    def __init__(self, env_id: str, seed: int = 0, config: PPOConfig | None = None, name: str = "saute-ppo"):
+        config = config if config is not None else SauteConfig()
+        if not isinstance(config, SauteConfig):
+            raise TypeError(f"SauteAgent needs a SauteConfig, got {type(config).__name__}")
+        super().__init__(env_id, seed, config, name)
+        cfg: SauteConfig = self.config  # type: ignore[assignment]
+        self.constraints = override_limits(self.constraints, cfg.limits)
+        self.limits = _check_limits(np.array([c.limit for c in self.constraints]))
+        self.env = SauteVecEnv(self.env, self.limits, cfg.saute_gamma, cfg.saute_unsafe_reward)
+        self.model = PPO("MlpPolicy", self.env, **sb3_ppo_kwargs(cfg, self.seed))
+
+    @property
+    def multipliers(self) -> np.ndarray:
+        return np.zeros(0)
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
+        """``n_episodes`` episodes of the task (true return and costs), the policy seeing the
+        tracked budgets; episode i starts from ``reset(seed + i)`` as in :class:`BaselineAgent`."""
+        seed = self.seed + EVAL_SEED_OFFSET if seed is None else int(seed)
+        cfg: SauteConfig = self.config  # type: ignore[assignment]
+        env = self.wrap_eval_env(make_env(self.env_id, **cfg.env_kwargs))
+        try:
+            with th.random.fork_rng(devices=[]):
+                th.manual_seed(seed)
+                return rollout_episodes(env, partial(self.predict, deterministic=deterministic), n_episodes, seed)
+        finally:
+            env.close()
+
+
+def make_saute_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``saute-ppo``."""
+    return make_baseline("saute-ppo", env_id, seed, **config)
+
