@@ -443,7 +443,10 @@ def evaluate_agent(
 
     A control agent provides ``act(obs, deterministic)``; the harness steps the env and seeds
     the action sampling (torch's global generator, forked; an agent with its own sampling
-    generator exposes ``seed_evaluation(seed)``). A text agent (Text observations) provides
+    generator exposes ``seed_evaluation(seed)``; one that acts on more than the task's
+    observation, such as Saute's remaining budget, exposes ``wrap_eval_env(env)``: a wrapper
+    that augments the observations and leaves rewards, terminations and costs as the task
+    gives them). A text agent (Text observations) provides
     ``evaluate(n, deterministic, seed=...)`` over the harness's problem seeds. An agent with
     neither evaluates itself (``evaluate(n, deterministic)``): its episodes are its own, so
     the protocol says ``owner="agent"`` and the leaderboard does not pair it with others.
@@ -472,6 +475,9 @@ def evaluate_agent(
                         if callable(getattr(agent, "seed_evaluation", None)):
                             agent.seed_evaluation(first_seed)
                         env = make_env(task, **env_kwargs)
+                        wrap = getattr(agent, "wrap_eval_env", None)
+                        if callable(wrap):  # observations the policy needs beyond the task's own
+                            env = wrap(env)
                         try:
                             results[policy] = rollout_episodes(env, lambda o, d=det: act(o, deterministic=d), episodes, seed=first_seed)
                         finally:
