@@ -642,7 +642,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     props = _algo_properties(args.dir)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
-                           lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None})
+                           lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
+                           references=[a for a, p in props.items() if p.get("reference")])
     refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
@@ -650,6 +651,12 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
     paths = write_leaderboard(lb, out, table=None if args.dir.is_file() else table)
+    figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
+    if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
+        from constrained_grpo.eval import storage
+        from constrained_grpo.eval.leaderboard import render_html
+
+        storage.atomic_write_text(out / "leaderboard.html", render_html(lb, figures))
     if not args.quiet:
         print(render_markdown(lb))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
@@ -659,9 +666,12 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.plots import make_plots
 
+    from constrained_grpo.eval.leaderboard import DEFAULT_TOL
+
     table, tasks = _load(args.dir, args.allow_incomplete)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
-    for path in make_plots(table, tasks, out):
+    units = {a: bool(p["lambda_in_reward_units"]) for a, p in _algo_properties(args.dir).items()}
+    for path in make_plots(table, tasks, out, tol=DEFAULT_TOL, lambda_in_reward_units=units):
         print(path)
     return 0
 

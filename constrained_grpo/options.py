@@ -20,6 +20,7 @@ names the field, never a traceback from deep inside training.
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import json
 import math
@@ -145,13 +146,24 @@ def check_options(
     >>> check_options({"lr": 0.1, "lrr": 0.2}, ["lr", "init"], "multiplier")
     Traceback (most recent call last):
     ...
-    ValueError: unknown multiplier option(s) ['lrr']; valid options: ['init', 'lr']
+    ValueError: unknown multiplier option(s) ['lrr'] (did you mean 'lr'?); valid options: ['init', 'lr']
     """
     valid = sorted(valid)
     unknown = sorted(set(given) - set(valid))
     if unknown:
         what = f"{kind} option(s)" if kind else "option(s)"
-        raise error(f"unknown {what} {unknown}; valid options: {valid}{hint}")
+        raise error(f"unknown {what} {unknown}{did_you_mean(unknown, valid)}; valid options: {valid}{hint}")
+
+
+def did_you_mean(names: Iterable[str], valid: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest valid name to each of ``names`` (difflib), or ''.
+
+    >>> did_you_mean(["entropy_coeff"], ["entropy_coef", "lr"])
+    " (did you mean 'entropy_coef'?)"
+    """
+    valid = list(valid)
+    close = [m[0] for n in names if (m := difflib.get_close_matches(str(n), valid, n=1, cutoff=0.6))]
+    return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 #: Packages that register built-in algorithms when imported.
-BUILTIN_AGENT_PACKAGES: tuple[str, ...] = ("constrained_grpo.agents", "constrained_grpo.baselines")
+BUILTIN_AGENT_PACKAGES: tuple[str, ...] = ("constrained_grpo.agents", "constrained_grpo.baselines", "constrained_grpo.references")
 
 #: Keys every ``learn`` log record carries (Contract 2).
 LOG_REQUIRED_KEYS: tuple[str, ...] = ("env_steps", "wall_s", "ep_return", "ep_cost", "multipliers")
@@ -93,6 +93,8 @@ class AgentSpec:
             reward in the reward's own units (reward - sum_k lambda_k cost_k, as in ScRew or
             PPO-Lagrangian), so that lambda is comparable with the LP's optimal dual lambda*;
             False where lambda weighs standardized advantages (ScAdv) or there is none.
+        reference: a fixed reference policy (``constrained_grpo.references``), shown on the
+            leaderboard as an unranked anchor.
     """
 
     name: str
@@ -101,6 +103,7 @@ class AgentSpec:
     description: str = ""
     constrained: bool = True
     lambda_in_reward_units: bool = False
+    reference: bool = False
 
 
 _REGISTRY: dict[str, AgentSpec] = {}
@@ -115,10 +118,11 @@ def register_agent(
     description: str = "",
     constrained: bool = True,
     lambda_in_reward_units: bool = False,
+    reference: bool = False,
     override: bool = False,
 ) -> AgentSpec:
     """Register an algorithm; registering the same spec twice is a no-op."""
-    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units)
+    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units, reference)
     old = _REGISTRY.get(name)
     if old is not None and old != spec and not override:
         raise ValueError(
@@ -172,8 +176,10 @@ def agent_spec(name: str) -> AgentSpec:
         return _REGISTRY[name]
     if ":" in name:
         return AgentSpec(name, name, {}, f"custom algorithm {name}")
+    from constrained_grpo.options import did_you_mean
+
     raise KeyError(
-        f"unknown algorithm {name!r}; registered: {sorted(_REGISTRY)} "
+        f"unknown algorithm {name!r}{did_you_mean([name], _REGISTRY)}; registered: {sorted(_REGISTRY)} "
         "(or pass a dotted path 'package.module:factory')"
     )
 

@@ -8,7 +8,8 @@ statically) and give one place where an unknown id gets a helpful error.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -17,30 +18,85 @@ import numpy as np
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult
 
-__all__ = ["FinalStepCosts", "ensure_tasks_registered", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
+__all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
 
 TASK_PACKAGE = "constrained_grpo.envs"
+#: Modules (comma-separated) imported with the task families, in this process and in every
+#: run's worker process: ``cgrpo --import MODULE`` sets it so user tasks register everywhere.
+IMPORT_ENV = "CGRPO_IMPORT"
+#: Ids that user modules registered when this process imported them.
+_USER_IDS: set[str] = set()
+
+
+def import_user_modules(modules: Sequence[str] = ()) -> list[str]:
+    """Import ``modules`` and those named in ``$CGRPO_IMPORT`` (user tasks and algorithms
+    register themselves on import); record ``modules`` in ``$CGRPO_IMPORT`` for worker processes.
+
+    Raises ``ImportError`` with one line naming the module and the fix.
+    """
+    listed = [m for m in os.environ.get(IMPORT_ENV, "").split(",") if m]
+    names = list(dict.fromkeys([*listed, *modules]))
+    for name in names:
+        before = set(gym.registry)
+        try:
+            importlib.import_module(name)
+            _USER_IDS.update(set(gym.registry) - before)
+        except ImportError as err:
+            raise ImportError(
+                f"--import {name}: cannot import it ({err}); put its folder on PYTHONPATH "
+                "(e.g. PYTHONPATH=. cgrpo ...) or install it"
+            ) from None
+    if names:
+        os.environ[IMPORT_ENV] = ",".join(names)
+    return names
 
 
 def ensure_tasks_registered() -> None:
-    """Import the task families so that their ids are in gymnasium's registry."""
+    """Import the task families, and the user modules of ``$CGRPO_IMPORT``, so that their
+    ids are in gymnasium's registry."""
     importlib.import_module(TASK_PACKAGE)
+    if os.environ.get(IMPORT_ENV):
+        import_user_modules()
+
+
+def split_task_id(env_id: str) -> tuple[str | None, str]:
+    """Gymnasium's ``"module:Task-v0"`` syntax: ``("module", "Task-v0")``; a plain id: ``(None, id)``."""
+    module, colon, task = env_id.rpartition(":")
+    return (module, task) if colon and module else (None, env_id)
+
+
+def known_task_ids() -> list[str]:
+    """The suite's task ids followed by the ids that user modules (``--import``) registered."""
+    ensure_tasks_registered()
+    suite = importlib.import_module(TASK_PACKAGE).list_tasks()
+    return suite + sorted(_USER_IDS - set(suite))
+
+
+def check_task_id(env_id: str) -> None:
+    """Raise ``gymnasium.error.UnregisteredEnv`` (one line, with "did you mean") unless ``env_id``
+    (or ``module:id``, whose module is imported first) is a registered task."""
+    _check_id(env_id)
 
 
 def _check_id(env_id: str) -> None:
+    module, task = split_task_id(env_id)
+    if module is not None:
+        import_user_modules([module])
     ensure_tasks_registered()
-    if env_id not in gym.registry:
-        tasks = importlib.import_module(TASK_PACKAGE).list_tasks()
+    if task not in gym.registry:
+        from constrained_grpo.options import did_you_mean
+
+        known = known_task_ids()
         raise gym.error.UnregisteredEnv(
-            f"unknown task id {env_id!r}; registered tasks: {tasks} (run `cgrpo envs` to list "
-            "them with their constraints)"
+            f"unknown task id {task!r}{did_you_mean([task], known)}; registered tasks: {known} (run `cgrpo envs` "
+            "to list them with their constraints; a task of your own: --import MODULE or MODULE:Task-v0)"
         )
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gymnasium.make(env_id, **kwargs)`` after registering the task families."""
     _check_id(env_id)
-    return gym.make(env_id, **kwargs)
+    return gym.make(split_task_id(env_id)[1], **kwargs)
 
 
 def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.VectorEnv:
@@ -52,6 +108,7 @@ def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.Vector
     observation already belongs to the next episode.
     """
     _check_id(env_id)
+    env_id = split_task_id(env_id)[1]
     spec = gym.spec(env_id)
     if spec.vector_entry_point is not None:
         return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)

@@ -201,7 +201,7 @@ def sweep_spans(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], path: Path) -> Path:
+def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], path: Path, env_id: str = ENV_ID) -> Path:
     aggs = list(dict.fromkeys(df["aggregator"]))
     titles = {"screw": "ScRew: scalarize, then standardize", "scadv": "ScAdv: standardize, then scalarize"}
     fig, axes = plt.subplots(1, len(aggs), figsize=(5.0 * len(aggs), 3.8), sharey=True, squeeze=False)
@@ -215,7 +215,7 @@ def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], p
         ax.legend(fontsize=8)
     axes[0, 0].set_ylabel("effective weight (per within-group std)")
     fixed_s = ", ".join(f"λ_{k} = {v:g}" for k, v in fixed.items())
-    fig.suptitle(f"{ENV_ID}: effective weights, {fixed_s} fixed", fontsize=10)
+    fig.suptitle(f"{env_id}: effective weights, {fixed_s} fixed", fontsize=10)
     return _save(fig, path)
 
 
@@ -241,7 +241,7 @@ def run_demo(
     df = effective_weight_sweep(x, names, fixed, "fuel", values)
     csv_path = out / "controlled.csv"
     atomic_write_csv(csv_path, df.to_dict("records"))
-    png = _plot_controlled(df, "fuel", fixed, out / "controlled.png")
+    png = _plot_controlled(df, "fuel", fixed, out / "controlled.png", env_id)
     spans = sweep_spans(df)
     if verbose:
         sigma = x.std(axis=1).mean(axis=0)
@@ -637,7 +637,8 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
     lim = ", ".join(f"{c.name} ≤ {c.limit:g}" for c in constraints)
     counts = ", ".join(f"{a}: {int((runs['algo'] == a).sum())} seeds" for a in algos)
     lines = [
-        f"# Coupling: ScRew (`grpo-screw`) vs ScAdv (`cgrpo`) on {ENV_ID}",
+        f"# Coupling: ScRew (`grpo-screw`) vs ScAdv (`cgrpo`) on "
+        f"{', '.join(sorted(runs['env_id'].unique())) if 'env_id' in runs and len(runs) else ENV_ID}",
         "",
         f"Limits {lim}; exact constrained optimum R* = {_fmt(optimum) if optimum is not None else '–'}. {counts}.",
         "Mean over seeds [95% percentile-bootstrap interval of the mean: 2000 resamples of the seeds, "
@@ -715,8 +716,10 @@ def _mean_band(runs: Sequence[RunData], column: str, drop_zero: bool = False,
 
 
 def _colors(algos: Sequence[str]) -> dict[str, Any]:
-    cmap = plt.get_cmap("tab10")
-    return {a: cmap(i % 10) for i, a in enumerate(algos)}
+    """The algorithms' colours of every figure of the suite (``eval.colors``)."""
+    from constrained_grpo.eval.colors import algo_colors
+
+    return algo_colors(algos)
 
 
 def _panel(ax: plt.Axes, by_algo: Mapping[str, Sequence[RunData]], column: str, colors: Mapping[str, Any],
@@ -726,6 +729,8 @@ def _panel(ax: plt.Axes, by_algo: Mapping[str, Sequence[RunData]], column: str, 
         if c is None:
             continue
         x, m, lo, hi = c
+        if column.startswith(("cost_", "lambda_")):  # neither can be negative: the interval stops at 0
+            lo, hi = np.maximum(lo, 0.0), np.maximum(hi, 0.0)
         ax.plot(x, m, color=colors[a], ls=ls, lw=1.5, label=f"{a}{label_suffix} (n={len(rs)})")
         if ls == "-":
             ax.fill_between(x, lo, hi, color=colors[a], alpha=0.2, lw=0)
@@ -736,6 +741,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
     by_algo = {a: [r for r in runs if r.algo == a] for a in algos}
     colors = _colors(algos)
     names = [c.name for c in constraints]
+    task = ", ".join(sorted({r.env_id for r in runs}))  # the task(s) these runs ran on
     band = "mean ± 95% t-interval over seeds"
     smooth_s = f"each run smoothed by a rolling mean over {SMOOTH:.0%} of its iterations"
     paths = []
@@ -746,7 +752,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
         ax.set(title=f"λ_{n}", xlabel="env steps")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{ENV_ID}: multipliers ({band})", fontsize=10)
+    fig.suptitle(f"{task}: multipliers ({band})", fontsize=10)
     paths.append(_save(fig, out / "multipliers.png"))
 
     comps = ["reward", *names]
@@ -758,7 +764,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
         ax.set(title=f"effective weight on {comp}" + ("" if comp == "reward" else " (dotted: λ)"), xlabel="env steps")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{ENV_ID}: effective weights ({band};\n{smooth_s}; iterations where no group varied "
+    fig.suptitle(f"{task}: effective weights ({band};\n{smooth_s}; iterations where no group varied "
                  "the component, weight 0, left out)", fontsize=10)
     paths.append(_save(fig, out / "effective_weights.png"))
 
@@ -778,7 +784,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
         ax.set(title=f"cost {c.name}", xlabel="env steps")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle(f"{ENV_ID}: return and costs vs limits ({band}; {smooth_s})", fontsize=10)
+    fig.suptitle(f"{task}: return and costs vs limits ({band}; {smooth_s})", fontsize=10)
     paths.append(_save(fig, out / "costs.png"))
     return paths
 

@@ -129,9 +129,9 @@ class Preset:
     def scope(self, task: str) -> Scope:
         """The :class:`Scope` that applies to ``task``: the suite's row for its family
         (:data:`FAMILY_SCOPES`), the preset's row for its family, then its own."""
-        from constrained_grpo.envs import task_info
+        from constrained_grpo.envs import list_tasks, task_info
 
-        family = task_info(task).family
+        family = task_info(task).family if task in list_tasks() else "user"  # a task of an --import module
         rows = [FAMILY_SCOPES[family]] if family in FAMILY_SCOPES else []
         rows += [self.scopes[k] for k in (family, task) if k in self.scopes]
         merged = Scope()
@@ -300,16 +300,23 @@ def resolve(
     known = list(registered) if registered is not None else list_agents()
     changes: dict[str, Any] = {}
     if tasks:
-        unknown = [t for t in tasks if t not in list_tasks()]
+        from constrained_grpo.options import did_you_mean
+        from constrained_grpo.tasks import known_task_ids
+
+        ids = known_task_ids()  # the suite's and those that --import modules registered
+        unknown = [t for t in tasks if t not in ids]
         if unknown:
-            raise ValueError(f"unknown task(s) {unknown}; registered tasks: {list_tasks()} (see `cgrpo envs`)")
+            raise ValueError(f"unknown task(s) {unknown}{did_you_mean(unknown, ids)}; registered tasks: {ids} "
+                             "(see `cgrpo envs`; a task of your own: --import MODULE)")
         changes["tasks"] = tuple(tasks)
         changes["families"] = ()
     if algos:
         unknown = [a for a in algos if a not in known and ":" not in a]
         if unknown:
+            from constrained_grpo.options import did_you_mean
+
             raise ValueError(
-                f"unknown algorithm(s) {unknown}; registered: {known} (see `cgrpo algos`), "
+                f"unknown algorithm(s) {unknown}{did_you_mean(unknown, known)}; registered: {known} (see `cgrpo algos`), "
                 "or give a dotted path 'package.module:factory'"
             )
         changes["algos"] = tuple(algos)

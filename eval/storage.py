@@ -46,7 +46,9 @@ __all__ = [
     "RUNNING_FILE",
     "AGENT_DIR",
     "ProgressLog",
+    "RecordHook",
     "RunBusyError",
+    "add_record_hook",
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
@@ -210,6 +212,23 @@ def flatten_record(record: Mapping[str, Any], constraint_names: Sequence[str]) -
     return flat
 
 
+#: Called as ``hook(run_path, row)`` after every stored record (``row`` as in progress.csv).
+RecordHook = Callable[[Path, Mapping[str, Any]], None]
+_RECORD_HOOKS: list[RecordHook] = []
+
+
+def add_record_hook(hook: RecordHook) -> Callable[[], None]:
+    """Call ``hook(run_path, row)`` for every record of every run this process trains
+    (console progress, TensorBoard); returns the function that removes it again."""
+    _RECORD_HOOKS.append(hook)
+
+    def remove() -> None:
+        if hook in _RECORD_HOOKS:
+            _RECORD_HOOKS.remove(hook)
+
+    return remove
+
+
 class ProgressLog:
     """The ``log`` callback handed to ``agent.learn``: validates, flattens and stores records.
 
@@ -237,6 +256,10 @@ class ProgressLog:
         self.rows: list[dict[str, Any]] = []
         self._columns: list[str] = []
         self._last_flush = time.monotonic()
+        # Metric sinks asked for through the environment (so sweep workers get them too).
+        from constrained_grpo.eval.monitor import sinks_from_env
+
+        self._sinks = sinks_from_env()
 
     def __call__(self, record: Mapping[str, Any]) -> None:
         validate_log_record(record, len(self.constraint_names))
@@ -251,6 +274,11 @@ class ProgressLog:
         self.rows.append(row)
         if self.on_record is not None:
             self.on_record(row)
+        for hook in [*_RECORD_HOOKS, *self._sinks]:
+            try:
+                hook(self.path.parent, row)
+            except Exception:  # a broken monitor must never fail the run
+                pass
         if time.monotonic() - self._last_flush >= self.flush_every_s:
             self.flush(fsync=False)
 
@@ -268,8 +296,12 @@ class ProgressLog:
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
-        """Final rewrite of ``progress.csv``."""
+        """Final rewrite of ``progress.csv``; closes the metric sinks."""
         self.flush(fsync=True)
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):
+                sink.close()
+        self._sinks = []
 
 
 def is_complete(path: Path) -> bool:

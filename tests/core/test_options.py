@@ -29,7 +29,7 @@ class Outer:
 
 
 def test_check_options_names_the_bad_key_and_the_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown inner option\(s\) \['lrr'\]; valid options: \['lr', 'rule'\]$"):
+    with pytest.raises(ValueError, match=r"unknown inner option\(s\) \['lrr'\] \(did you mean 'lr'\?\); valid options: \['lr', 'rule'\]$"):
         check_options({"lrr": 1}, option_names(Inner), "inner")
     with pytest.raises(TypeError, match=r"^unknown option\(s\) \['x'\]; valid options: \['lr', 'rule'\] for Inner$"):
         check_options({"x": 1}, option_names(Inner), hint=" for Inner", error=TypeError)

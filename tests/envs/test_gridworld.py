@@ -203,7 +203,7 @@ def test_bad_limits(limit):
 def test_limit_for_missing_constraint_and_typo_option():
     with pytest.raises(ConstraintError, match=r"unknown constraint.*'mud'.*\['hazard', 'fuel'\]"):
         make_env("Grid/HazardFuel-v0", limits={"mud": 0.1})
-    with pytest.raises(TypeError, match=r"unknown gridworld option\(s\) \['slipp'\]; valid options"):
+    with pytest.raises(TypeError, match=r"unknown gridworld option\(s\) \['slipp'\] \(did you mean 'slip'\?\); valid options"):
         make_env("Grid/HazardFuel-v0", slipp=0.1)
     with pytest.raises(ConstraintError, match="distinct names from"):
         GridWorldEnv(constraints=("hazard", "speed"))

@@ -1,0 +1,247 @@
+"""Saved runs brought back: re-evaluation with the harness protocol, and replays as GIFs.
+
+``cgrpo eval RUN_DIR`` rebuilds the run's agent (``make_agent`` with the recorded task,
+seed and config, then ``agent.load(RUN_DIR/agent)``, Contract 2), evaluates it with
+:func:`~constrained_grpo.eval.runner.evaluate_agent` (episode i from ``reset(seed=first_seed + i)``,
+sampled and greedy actions) and scores it with the same metrics as ``cgrpo train``.
+
+``cgrpo render RUN_DIR --out FILE.gif`` replays one episode from ``reset(seed=first_seed)``:
+the gridworld as the grid with the route walked so far and the running costs, the highway
+tasks with highway-env's ``rgb_array`` renderer, any other task with an ``rgb_array`` renderer
+through it, and a text task (the math tasks) as one frame per problem: the prompt, the
+completion, the reward and the costs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+from constrained_grpo.eval import storage
+
+__all__ = ["RenderError", "load_saved_agent", "reevaluate", "render_run", "run_spec"]
+
+
+class RenderError(ValueError):
+    """The run cannot be replayed or rendered; the message says why and what to do."""
+
+
+def run_spec(run_dir: str | Path) -> Any:
+    """The :class:`~constrained_grpo.eval.runner.RunSpec` recorded in ``RUN_DIR/config.json``."""
+    from constrained_grpo.eval.runner import RunSpec
+
+    path = Path(run_dir)
+    file = path / storage.CONFIG_FILE
+    if not file.is_file():
+        raise RenderError(f"{path} is not a run directory (no {storage.CONFIG_FILE}); give OUT/<task>/<algo>/seed_<n>")
+    try:
+        return RunSpec.from_dict(storage.read_json(file)["run"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise RenderError(f"{file} does not describe a run ({err}); give a run directory written by cgrpo") from None
+
+
+def load_saved_agent(run_dir: str | Path) -> Any:
+    """The run's trained agent: built as the run built it, then ``load(RUN_DIR/agent)``."""
+    from constrained_grpo.registry import make_agent
+
+    path = Path(run_dir)
+    spec = run_spec(path)
+    saved = path / storage.AGENT_DIR
+    if not saved.is_dir():
+        raise RenderError(f"{path} has no saved agent ({storage.AGENT_DIR}/): the run was made with --no-save; "
+                          f"rerun it without: {spec.command(path.parents[3])}")
+    agent = make_agent(spec.algo, spec.task, seed=spec.seed, **dict(spec.config))
+    if not callable(getattr(agent, "load", None)):
+        raise RenderError(f"{spec.algo} has no load(path) (Contract 2): its saved agent cannot be read back")
+    loaded = agent.load(saved)
+    return agent if loaded is None else loaded
+
+
+def reevaluate(run_dir: str | Path, episodes: int | None = None) -> tuple[Any, Any]:
+    """Evaluate the saved agent again with the harness protocol; returns the metrics row
+    (``eval.metrics.run_metrics``) and the task meta. The run directory is not modified."""
+    from constrained_grpo.eval.loader import load_run
+    from constrained_grpo.eval.metrics import run_metrics
+    from constrained_grpo.eval.runner import EVAL_FILE, _write_eval, evaluate_agent
+
+    path = Path(run_dir)
+    if not storage.is_complete(path):
+        raise RenderError(f"{path} is not a complete run (no {storage.DONE_FILE}); finish it with cgrpo train first")
+    spec = run_spec(path)
+    agent = load_saved_agent(path)
+    n = int(episodes if episodes is not None else spec.eval_episodes)
+    results, protocol = evaluate_agent(agent, spec.task, n, spec.config.get("env_kwargs"))
+    config = storage.read_json(path / storage.CONFIG_FILE)
+    names = [c["name"] for c in config["task"]["constraints"]]
+    with tempfile.TemporaryDirectory() as tmp:
+        # A copy of the run with the new evaluation, scored by the loader and metrics like any run.
+        copy = Path(tmp) / path.name
+        copy.mkdir()
+        for name in (storage.CONFIG_FILE, storage.PROGRESS_FILE):
+            (copy / name).write_bytes((path / name).read_bytes())
+        done = storage.read_json(path / storage.DONE_FILE)
+        done["eval_rows"] = _write_eval(copy / EVAL_FILE, results, protocol, names)
+        done["eval"] = protocol.to_dict()
+        storage.atomic_write_json(copy / storage.DONE_FILE, done)
+        table, meta = load_run(copy, known_algos=None)
+        return run_metrics(table, {meta.task: meta}).iloc[0], meta
+
+
+# ----------------------------------------------------------------------------------- render
+
+_CELL_COLOURS = {"#": "#3b3b3b", "H": "#e45756", "M": "#9c755f", "$": "#edc948", "G": "#59a14f", "S": "#4e79a7"}
+
+
+def _grid_frames(env: Any, cells: list[int], costs: list[np.ndarray], rewards: list[float], names: list[str]) -> list[np.ndarray]:
+    """One image per step: the layout, the route walked so far, the agent, and the running
+    return and costs against their limits."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    model = env.unwrapped.model
+    rows, cols = model.n_rows, model.n_cols
+    limits = {c.name: c.limit for c in env.unwrapped.constraints}
+    frames = []
+    for t in range(len(cells)):
+        fig, ax = plt.subplots(figsize=(max(3.0, 0.5 * cols + 1), max(3.4, 0.5 * rows + 1.6)), dpi=80)
+        for r, line in enumerate(model.layout):
+            for c, ch in enumerate(line):
+                ax.add_patch(plt.Rectangle((c, rows - 1 - r), 1, 1, facecolor=_CELL_COLOURS.get(ch, "#f4f4f4"),
+                                           edgecolor="#bbbbbb", linewidth=0.5))
+                if ch in "HMG$S":
+                    ax.text(c + 0.5, rows - 0.5 - r, ch, ha="center", va="center", fontsize=8, color="white")
+        xy = [((cell % cols) + 0.5, rows - 0.5 - cell // cols) for cell in cells[: t + 1]]
+        ax.plot([p[0] for p in xy], [p[1] for p in xy], "-", color="#1f1f1f", linewidth=2, alpha=0.7)
+        ax.plot(*xy[-1], "o", color="#f28e2b", markersize=12, markeredgecolor="black")
+        total = np.sum(costs[: t + 1], axis=0) if t > 0 else np.zeros(len(names))
+        cost_text = "  ".join(f"{n} {total[k]:g}/{limits.get(n, math.nan):g}" for k, n in enumerate(names))
+        ax.set_title(f"step {t}  return {sum(rewards[: t + 1]):.2f}\n{cost_text}", fontsize=9)
+        ax.set_xlim(0, cols)
+        ax.set_ylim(0, rows)
+        ax.set_aspect("equal")
+        ax.axis("off")
+        fig.canvas.draw()
+        frames.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
+        plt.close(fig)
+    return frames
+
+
+def _text_frames(episodes: list[dict[str, Any]], names: list[str], limits: Mapping[str, float]) -> list[np.ndarray]:
+    """One image per text episode: prompt, completion, reward and costs, in a fixed-width font."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    frames = []
+    for i, ep in enumerate(episodes):
+        costs = "  ".join(f"{n} {ep['costs'][k]:g} (limit {limits.get(n, math.nan):g})" for k, n in enumerate(names))
+        extra = "  ".join(f"{k} {ep['info'][k]!r}" for k in ("correct", "answer", "target") if k in ep["info"])
+        body = ["PROMPT", *textwrap.wrap(ep["prompt"], 88, replace_whitespace=False)[:14], "",
+                "COMPLETION", *textwrap.wrap(ep["completion"] or "(empty)", 88, replace_whitespace=False)[:14], "",
+                f"reward {ep['reward']:g}   {costs}", extra]
+        fig = plt.figure(figsize=(8.0, 6.0), dpi=80)
+        fig.text(0.02, 0.97, f"problem {i + 1} of {len(episodes)} (reset seed {ep['seed']})", fontsize=10, weight="bold", va="top")
+        fig.text(0.02, 0.92, "\n".join(line.replace("$", r"\$") for line in body), family="monospace", fontsize=8, va="top")
+        fig.canvas.draw()
+        frames.append(np.asarray(fig.canvas.buffer_rgba())[..., :3].copy())
+        plt.close(fig)
+    return frames
+
+
+def render_run(run_dir: str | Path, out: str | Path, *, deterministic: bool = True, seed: int | None = None,
+               max_steps: int = 500, fps: int = 4) -> Path:
+    """Write a GIF of one episode of the saved agent from ``reset(seed)`` (default: the
+    harness's first evaluation seed); returns the file written."""
+    from constrained_grpo.constraints import costs_from_info
+    from constrained_grpo.eval.runner import EVAL_SEED
+    from constrained_grpo.tasks import make_env
+
+    out = Path(out)
+    if out.suffix.lower() != ".gif":
+        raise RenderError(f"--out {out}: only GIF is written; give a file name ending in .gif")
+    spec = run_spec(run_dir)
+    agent = load_saved_agent(run_dir)
+    act = getattr(agent, "act", None)
+    if not callable(act):
+        raise RenderError(f"{spec.algo} has no act(obs, deterministic) (a text agent, or an agent that evaluates "
+                          "itself): nothing to replay step by step; use cgrpo eval")
+    env_kwargs: Mapping[str, Any] = dict(spec.config.get("env_kwargs") or {})
+    probe = make_env(spec.task, **env_kwargs)
+    grid = hasattr(probe.unwrapped, "model") and hasattr(probe.unwrapped.model, "layout")
+    modes = probe.unwrapped.metadata.get("render_modes", [])
+    text = isinstance(probe.observation_space, gymnasium.spaces.Text)
+    probe.close()
+    if text:
+        return _render_text(spec, act, env_kwargs, out, deterministic, EVAL_SEED if seed is None else seed)
+    if not grid and "rgb_array" not in modes:
+        raise RenderError(f"{spec.task} has no image renderer (render modes {modes}); nothing to draw")
+    env = make_env(spec.task, **env_kwargs, **({} if grid else {"render_mode": "rgb_array"}))
+    names = [c.name for c in env.unwrapped.constraints]
+    try:
+        obs, info = env.reset(seed=EVAL_SEED if seed is None else seed)
+        frames: list[np.ndarray] = [] if grid else [env.render()]
+        cells, costs, rewards = [int(info.get("cell", 0))], [np.zeros(len(names))], [0.0]
+        done, t = False, 0
+        while not done and t < max_steps:
+            obs, reward, terminated, truncated, info = env.step(act(obs, deterministic=deterministic))
+            cells.append(int(info.get("cell", 0)))
+            costs.append(costs_from_info(info, len(names)))
+            rewards.append(float(reward))
+            if not grid:
+                frames.append(env.render())
+            done, t = terminated or truncated, t + 1
+        if grid:
+            frames = _grid_frames(env, cells, costs, rewards, names)
+    finally:
+        env.close()
+    summary = {"frames": len(frames), "return": sum(rewards), "costs": dict(zip(names, np.sum(costs, axis=0).tolist()))}
+    _write_gif(frames, out, int(1000 / fps), summary)
+    return out
+
+
+def _write_gif(frames: list[np.ndarray], out: Path, duration_ms: int, summary: Mapping[str, Any]) -> None:
+    """The frames as a looping GIF, and ``summary`` beside it as ``<out>.json``."""
+    from PIL import Image
+
+    images = [Image.fromarray(np.asarray(f, dtype=np.uint8)) for f in frames]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    images[0].save(out, save_all=True, append_images=images[1:], duration=duration_ms, loop=0)
+    out.with_suffix(".json").write_text(json.dumps(dict(summary), indent=2))
+
+
+def _render_text(spec: Any, act: Any, env_kwargs: Mapping[str, Any], out: Path, deterministic: bool, seed: int,
+                 problems: int = 4) -> Path:
+    """A text task: ``problems`` problems from reset seeds ``seed + i``, one frame each, shown 3 s."""
+    from constrained_grpo.constraints import costs_from_info
+    from constrained_grpo.tasks import make_env
+
+    env = make_env(spec.task, **env_kwargs)
+    names = [c.name for c in env.unwrapped.constraints]
+    limits = {c.name: c.limit for c in env.unwrapped.constraints}
+    episodes = []
+    try:
+        for i in range(problems):
+            prompt, _ = env.reset(seed=seed + i)
+            completion = act(prompt, deterministic=deterministic)
+            _, reward, _, _, info = env.step(completion)
+            episodes.append({"seed": seed + i, "prompt": str(prompt), "completion": str(completion), "reward": float(reward),
+                             "costs": costs_from_info(info, len(names)).tolist(), "info": info})
+    finally:
+        env.close()
+    summary = {"frames": len(episodes), "return": sum(e["reward"] for e in episodes),
+               "costs": {n: sum(e["costs"][k] for e in episodes) for k, n in enumerate(names)},
+               "completions": [e["completion"] for e in episodes]}
+    _write_gif(_text_frames(episodes, names, limits), out, 3000, summary)
+    return out

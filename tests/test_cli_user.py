@@ -1,0 +1,226 @@
+"""The command line for people at the keyboard: families that cannot start, user tasks,
+"did you mean", live progress lines and TensorBoard scalars (issue 22)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from constrained_grpo.cli import format_progress
+from constrained_grpo.eval.monitor import metric_tags
+
+HERE = Path(__file__).resolve().parent
+TUTORIAL = HERE.parent / "docs" / "tutorial.md"
+TOY = "cgrpo_toy_agent:ToyAgent"
+TASK = "Grid/HazardFuel3x3-v0"
+
+
+def cgrpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("cgrpo", path=str(Path(sys.executable).parent))
+    cmd = [exe] if exe else [sys.executable, "-m", "constrained_grpo.cli"]
+    full = dict(os.environ)
+    full["PYTHONPATH"] = os.pathsep.join([str(cwd or "."), str(HERE / "eval"), *filter(None, [full.get("PYTHONPATH")])])
+    full["OMP_NUM_THREADS"] = "1"
+    full.update(env or {})
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=cwd)
+
+
+def tutorial_file(name: str) -> str:
+    """The tutorial's ```python file=NAME``` block: the test uses the task the docs show."""
+    match = re.search(rf"^```python file={re.escape(name)}\n(.*?)^```", TUTORIAL.read_text(), re.MULTILINE | re.DOTALL)
+    assert match, f"docs/tutorial.md has no block file={name}"
+    return match.group(1)
+
+
+def test_envs_lists_a_family_that_cannot_start_with_its_fix():
+    # A Safety interpreter that does not exist: the bridge cannot start, the other families still list.
+    r = cgrpo("envs", env={"CGRPO_SAFETY_PYTHON": "/nonexistent/python"})
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "Grid/HazardFuel-v0" in r.stdout and "Math/ChainSum-v0" in r.stdout  # math comes after safety
+    safety = [line for line in r.stdout.splitlines() if line.startswith("Safety/")]
+    assert len(safety) == 22
+    assert "UNAVAILABLE here: " in r.stdout and "make safety" in r.stdout and "/nonexistent/python" in r.stdout
+    assert "the safety tasks cannot be made here" in r.stderr
+
+
+def test_user_task_through_import_and_module_syntax(tmp_path: Path):
+    (tmp_path / "course_env.py").write_text(tutorial_file("course_env.py"))
+    listed = cgrpo("envs", "--import", "course_env", "--family", "user", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.startswith("Course/Bridge-v0  [user]") and "fall       <= 0.1" in listed.stdout
+    checked = cgrpo("check", "course_env:Course/Bridge-v0", "--steps", "20", cwd=tmp_path)
+    assert checked.returncode == 0 and "Course/Bridge-v0: OK" in checked.stdout, checked.stderr
+    trained = cgrpo("train", "Course/Bridge-v0", TOY, "--import", "course_env", "--steps", "64", "--eval-episodes", "4",
+                    "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    # The tutorial's optimum() by hand: p* = d / 0.5 = 0.2, R* = 0.5 + 0.5 p* = 0.6, lambda* = 0.5 / 0.5 = 1.
+    assert "optimum R* 0.6000" in trained.stdout
+    config = json.loads((tmp_path / "runs/Course/Bridge-v0/cgrpo_toy_agent_ToyAgent/seed_0/config.json").read_text())
+    assert config["task"]["optimum"] == {"constrained_return": 0.6, "multipliers": [1.0], "unconstrained_return": 1.0}
+    missing = cgrpo("envs", "--import", "no_such_module_22", cwd=tmp_path)
+    assert missing.returncode == 2 and "--import no_such_module_22: cannot import it" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_misspellings_get_did_you_mean_before_any_folder(tmp_path: Path):
+    out = tmp_path / "runs"
+    cases = [
+        (("train", "Grid/HazardFule3x3-v0", "cgrpo"), "did you mean 'Grid/HazardFuel3x3-v0'?"),
+        (("train", TASK, "cgrpoo"), "did you mean 'cgrpo'?"),
+        (("train", TASK, "grpo", "--config.entropy_coeff", "0.1"), "did you mean 'entropy_coef'?"),
+        (("bench", "--tasks", TASK, "--algos", "grpo-scerw"), "did you mean 'grpo-screw'?"),
+    ]
+    for args, hint in cases:
+        r = cgrpo(*args, "--out", str(out))
+        assert r.returncode == 2 and hint in r.stderr, (args, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert not any(out.rglob("config.json")), args
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_progress_line_numbers():
+    # 500 of 1,000 steps in 2 s: 250 steps/s, 500 left -> ETA 2 s; fuel 13 > 12 is over its limit.
+    line = format_progress({"iteration": 3, "env_steps": 500, "wall_s": 2.0, "return": 1.25, "cost_hazard": 0.05,
+                            "cost_fuel": 13.0, "lambda_hazard": 0.0, "lambda_fuel": 0.5}, 1000, {"hazard": 0.1, "fuel": 12.0})
+    assert line == ("it 3  steps 500/1,000 (50%)  return 1.25  hazard 0.05/0.1  fuel 13/12 (over)  "
+                    "lambda hazard 0 fuel 0.5  250 steps/s  ETA 2 s")
+    eta = format_progress({"iteration": 0, "env_steps": 100, "wall_s": 1.0}, 100_100, {})
+    assert eta.endswith("100 steps/s  ETA 16 min 40 s")
+
+
+def test_train_prints_progress_unless_quiet_and_writes_tensorboard(tmp_path: Path):
+    tb = tmp_path / "tb"
+    has_tb = importlib.util.find_spec("tensorboard") is not None  # extra [tb]
+    args = ("train", TASK, TOY, "--steps", "200", "--eval-episodes", "2", "--out", str(tmp_path / "runs"),
+            "--config.episodes_per_iter", "2")
+    loud = cgrpo(*args, *(["--tensorboard", str(tb)] if has_tb else []))
+    assert loud.returncode == 0, loud.stderr
+    first = next(line for line in loud.stderr.splitlines() if line.startswith("it 0  steps "))
+    assert "/200 (" in first and "hazard " in first and "/0.2" in first and "fuel " in first and "/4.4" in first
+    assert "lambda hazard " in first and "steps/s  ETA " in first
+    quiet = cgrpo(*args, "--force", "--quiet")
+    assert quiet.returncode == 0 and "it 0  steps" not in quiet.stderr
+    if not has_tb:
+        pytest.skip("tensorboard is not installed (pip install 'constrained-grpo[tb]')")
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = tb / TASK / "cgrpo_toy_agent_ToyAgent" / "seed_0"
+    acc = EventAccumulator(str(events))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"return", "cost/hazard", "cost/fuel", "limit/hazard", "limit/fuel", "lambda/hazard", "lambda/fuel", "steps_per_s"} <= tags
+    assert [e.value for e in acc.Scalars("limit/fuel")][0] == pytest.approx(4.4)
+    progress = (tmp_path / "runs" / TASK / "cgrpo_toy_agent_ToyAgent" / "seed_0" / "progress.csv").read_text().splitlines()
+    assert len(acc.Scalars("return")) == len(progress) - 1  # one point per iteration (the --quiet rerun, same seed, logs as many)
+
+
+def test_every_algorithm_family_gets_the_same_tags():
+    # A GRPO row and an SB3-baseline row (column names as their progress.csv files have them).
+    grpo = {"iteration": 0, "env_steps": 2000, "wall_s": 0.5, "return": 1.0, "cost_hazard": 0.3, "cost_fuel": 9.0,
+            "lambda_hazard": 0.2, "lambda_fuel": 0.1, "eff_w_reward": 0.9, "eff_w_hazard": 0.05, "eff_w_fuel": 0.05,
+            "loss": -0.1, "pg_loss": 0.01, "kl": 0.0, "approx_kl": 0.001}
+    ppo = {"iteration": 0, "env_steps": 2048, "wall_s": 1.0, "return": 0.8, "cost_hazard": 0.4, "cost_fuel": 11.0,
+           "lambda_hazard": 0.3, "lambda_fuel": 0.0, "policy_loss": -0.02, "value_loss": 0.5, "cost_value_loss": 0.1,
+           "approx_kl": 0.01, "cost_estimate_hazard": 0.2}
+    limits = {"hazard": 0.1, "fuel": 12.0}
+    a, b = metric_tags(grpo, limits), metric_tags(ppo, limits)
+    shared = {"return", "cost/hazard", "cost/fuel", "limit/hazard", "limit/fuel", "lambda/hazard", "lambda/fuel",
+              "kl/approx_kl", "steps_per_s"}
+    assert shared <= set(a) and shared <= set(b)
+    assert a["steps_per_s"] == 4000.0 and b["steps_per_s"] == 2048.0
+    assert {"eff_w/reward", "loss/loss", "loss/pg_loss"} <= set(a)
+    assert {"loss/policy_loss", "loss/value_loss", "loss/cost_value_loss"} <= set(b)
+    assert "cost/estimate_hazard" not in b and b["limit/fuel"] == 12.0
+    # steps/s over the iteration: (4048 - 2048) / (2.0 - 1.0)
+    assert metric_tags({**ppo, "env_steps": 4048, "wall_s": 2.0}, limits, ppo)["steps_per_s"] == 2000.0
+
+
+def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Path):
+    out = tmp_path / "runs"
+    trained = cgrpo("train", TASK, "cgrpo", "--steps", "1500", "--eval-episodes", "4", "--out", str(out), "--quiet")
+    assert trained.returncode == 0, trained.stderr
+    run = out / TASK / "cgrpo" / "seed_0"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    again = cgrpo("eval", str(run))
+    assert again.returncode == 0, again.stderr
+    # Same protocol, same reset seeds, same weights: the verdict lines are the train's, word for word.
+    verdict = [line for line in trained.stdout.splitlines() if line.startswith("  ")]
+    assert len(verdict) == 5 and [line for line in again.stdout.splitlines() if line.startswith("  ")] == verdict
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # the run is left as it was
+
+    gif = tmp_path / "replay.gif"
+    drawn = cgrpo("render", str(run), "--out", str(gif))
+    assert drawn.returncode == 0, drawn.stderr
+    from PIL import Image
+
+    summary = json.loads(gif.with_suffix(".json").read_text())
+    with Image.open(gif) as image:
+        assert image.n_frames == summary["frames"] >= 3  # reset + at least the 2 steps of the shortest route S->H->G
+        assert image.size[0] >= 200
+    # Every step costs 1 fuel: the fuel total is the number of steps.
+    assert summary["costs"]["fuel"] == summary["frames"] - 1
+    bad = cgrpo("render", str(run), "--out", str(tmp_path / "replay.mp4"))
+    assert bad.returncode == 2 and "ending in .gif" in bad.stderr
+    nodir = cgrpo("eval", str(tmp_path))
+    assert nodir.returncode == 2 and "is not a run directory" in nodir.stderr
+
+
+_FIXED_ANSWER = '''
+import json
+from pathlib import Path
+
+import numpy as np
+
+from constrained_grpo import EvalResult
+
+
+class FixedAnswer:
+    """Always answers '#### 5'."""
+
+    def __init__(self, env_id, seed=0, **config):
+        self.env_id, self.seed = env_id, seed
+
+    def learn(self, total_env_steps, log=None):
+        for steps in range(8, total_env_steps + 8, 8):
+            log({"env_steps": steps, "wall_s": 0.001 * steps, "ep_return": 0.0, "ep_cost": [0.0] * 3, "multipliers": []})
+
+    def act(self, prompt, deterministic=True):
+        return "The sum is 5.\\n#### 5"
+
+    def evaluate(self, n_episodes, deterministic=True, seed=None):
+        return EvalResult(np.zeros(n_episodes), np.zeros((n_episodes, 3)), np.ones(n_episodes, dtype=int))
+
+    def save(self, path):
+        Path(path).mkdir(parents=True, exist_ok=True)
+        (Path(path) / "state.json").write_text(json.dumps({"seed": self.seed}))
+
+    def load(self, path):
+        return self
+'''
+
+
+def test_render_shows_a_text_task_as_its_completions(tmp_path: Path):
+    (tmp_path / "fixed_answer.py").write_text(_FIXED_ANSWER)
+    r = cgrpo("train", "Math/ChainSum-v0", "fixed_answer:FixedAnswer", "--steps", "16", "--eval-episodes", "2",
+              "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    gif = tmp_path / "text.gif"
+    drawn = cgrpo("render", str(tmp_path / "runs/Math/ChainSum-v0/fixed_answer_FixedAnswer/seed_0"), "--out", str(gif), cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    summary = json.loads(gif.with_suffix(".json").read_text())
+    from PIL import Image
+
+    with Image.open(gif) as image:
+        assert image.n_frames == summary["frames"] == 4  # one frame per problem
+    assert summary["completions"] == ["The sum is 5.\n#### 5"] * 4
+    assert summary["costs"] == {"length": 0.0, "format": 0.0, "banned": 0.0}  # short, well-formed, nothing banned
