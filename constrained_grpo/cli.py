@@ -525,14 +525,17 @@ def print_summary(m: Any, meta: Any) -> None:
     first = m["eval_first_seed"]
     # NaN first seed: an agent without act() evaluated itself (protocol owner "agent").
     where = f"from reset seeds {int(first)}+i" if first == first else "from the agent's own evaluate()"
+    from constrained_grpo.eval.leaderboard import DEFAULT_TOL as tol  # run_metrics' default too
+
     print(f"  final policy, {int(m['eval_episodes'])} episodes {where}, "
-          f"{m['primary_policy']} actions: {'FEASIBLE' if m['feasible'] else 'INFEASIBLE'} (tolerance 0.1 on (J - d)/d)")
+          f"{m['primary_policy']} actions: {'FEASIBLE' if m['feasible'] else 'INFEASIBLE'} (tolerance {tol:g} on (J - d)/d)")
     line = f"  return {m['eval_return']:.4f}"
     if meta.optimum_return is not None:
         line += f" (optimum R* {meta.optimum_return:.4f} for these limits, normalised {m['eval_return_norm']:.3f})"
     print(line)
     for c in meta.constraints:
-        ok = "ok" if m[f"violation_{c.name}"] <= 0 else f"VIOLATED by {m[f'violation_{c.name}']:.0%}"
+        v = m[f"violation_{c.name}"]
+        ok = "ok" if v <= 0 else (f"over by {v:.1%}, within the {tol:.0%} tolerance" if v <= tol else f"VIOLATED by {v:.1%}")
         print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} vs limit {c.limit:g} ({ok}); "
               f"{m[f'within_{c.name}']:.0%} of episodes within")
     greedy = "feasible" if m["greedy_feasible"] else "infeasible"
