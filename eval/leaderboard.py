@@ -288,6 +288,11 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         ]
         df["_point"] = -df["score"].map(_round_key)
         df = df.sort_values(["rank", "_point", "algo"], kind="mergesort").drop(columns="_point")
+        names = sorted(samples)
+        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
+        df.attrs["pairs"] = len(pairs)
+        df.attrs["pairs_tested"] = sum((a, b) in diff for a, b in pairs)
+        df.attrs["pairs_separated"] = sum(_separated(diff, a, b) for a, b in pairs)
     else:
         df["rank"] = math.nan
         df["avg_rank"] = math.nan
@@ -338,6 +343,10 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         )
     if reasons:
         notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
+    if ranked is not None and ranked.attrs.get("pairs"):
+        a = ranked.attrs
+        notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by a 95% "
+                     f"paired interval of the score difference ({a['pairs_tested']} had the seeds to be tested).")
     if references is not None:
         notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
                      "optimum): anchors evaluated like every run, not ranked.")

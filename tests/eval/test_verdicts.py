@@ -325,3 +325,15 @@ def test_add_refuses_a_submission_with_another_budget_and_names_it(toy_results: 
     err = capsys.readouterr().err
     assert code == 2 and "refusing to rank the submission" in err and "budgets differ" in err
     assert not (tmp_path / "no" / "leaderboard.md").exists()
+
+
+def test_discriminative_power_is_reported_per_task():
+    rng = np.random.default_rng(5)
+    rows = []
+    for a, base in (("a", 1.8), ("b", 1.8), ("c", 1.0)):
+        for s in range(5):
+            rows += run_rows(a, s, ret=base + 0.001 * rng.standard_normal(), hazard=0.0)
+    lb = build_leaderboard(pd.DataFrame(rows), TASKS, reps=300)
+    df = lb.per_task[META.task]
+    assert (df.attrs["pairs"], df.attrs["pairs_tested"], df.attrs["pairs_separated"]) == (3, 3, 2)  # a~b; both > c
+    assert "Discriminative power: 2 of 3 algorithm pairs separated" in render_markdown(lb)
