@@ -417,6 +417,9 @@ class BaselineAgent:
         """
         seed = self.seed + EVAL_SEED_OFFSET if seed is None else int(seed)
         env = make_env(self.env_id, **self.config.env_kwargs)
+        wrap = getattr(self, "wrap_eval_env", None)
+        if callable(wrap):  # a policy that acts on an augmented observation (Saute)
+            env = wrap(env)
         try:
             with th.random.fork_rng(devices=[]):
                 th.manual_seed(seed)

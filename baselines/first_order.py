@@ -284,11 +284,7 @@ class P3O(ConstrainedPolicyOptimization):
         _reward_advantage_only(self)
 
     def _update_multipliers(self, finished: list[np.ndarray]) -> None:
-        self.cost_window.extend(finished)
-        if finished:
-            self.cost_estimate = np.mean(finished, axis=0)
-        elif self.cost_window:
-            self.cost_estimate = np.mean(self.cost_window, axis=0)
+        self._estimate_costs(finished)  # the penalty weight kappa is fixed: no multiplier step
 
     def _update_actor(self) -> dict[str, float]:
         clip = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]

@@ -335,16 +335,23 @@ class PPOLagrangian(PPO):
                 buffer.costs[step, idx] = cost + buffer.cost_gamma * cost_value[j]
         return self.policy.predict_cost_values(last_obs)
 
-    def _update_multipliers(self, finished: list[np.ndarray]) -> None:
-        """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes."""
+    def _estimate_costs(self, finished: list[np.ndarray]) -> np.ndarray | None:
+        """``Jhat``: the mean episodic cost of this rollout's finished episodes (of the recent
+        window when none finished); None before any episode has ended. Sets ``cost_estimate``."""
         self.cost_window.extend(finished)
         if finished:
-            estimate = np.mean(finished, axis=0)
+            self.cost_estimate = np.mean(finished, axis=0)
         elif self.cost_window:
-            estimate = np.mean(self.cost_window, axis=0)
+            self.cost_estimate = np.mean(self.cost_window, axis=0)
         else:
+            return None
+        return self.cost_estimate
+
+    def _update_multipliers(self, finished: list[np.ndarray]) -> None:
+        """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes."""
+        estimate = self._estimate_costs(finished)
+        if estimate is None:
             return  # no episode has ended yet: nothing to estimate J_c from
-        self.cost_estimate = estimate
         self.multiplier.update(estimate)
         for c, j, lam in zip(self.constraints, estimate, self.multiplier.values):
             self.logger.record(f"rollout/ep_cost_{c.name}", float(j))

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
-import torch as th
 from stable_baselines3 import PPO
 
-from constrained_grpo.baselines.agent import EVAL_SEED_OFFSET, BaselineAgent, make_baseline, sb3_ppo_kwargs
+from constrained_grpo.baselines.agent import BaselineAgent, make_baseline, sb3_ppo_kwargs
 from constrained_grpo.baselines.config import PPOConfig
 from constrained_grpo.baselines.saute import SauteConfig, SauteObservation, SauteVecEnv, _check_limits
 from constrained_grpo.constraints import override_limits
-from constrained_grpo.registry import EvalResult
-from constrained_grpo.tasks import make_env, rollout_episodes
 
 __all__ = ["SauteAgent", "make_saute_ppo"]
 
@@ -47,19 +43,6 @@ class SauteAgent(BaselineAgent):
     @property
     def multipliers(self) -> np.ndarray:
         return np.zeros(0)
-
-    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
-        """``n_episodes`` episodes of the task (true return and costs), the policy seeing the
-        tracked budgets; episode i starts from ``reset(seed + i)`` as in :class:`BaselineAgent`."""
-        seed = self.seed + EVAL_SEED_OFFSET if seed is None else int(seed)
-        cfg: SauteConfig = self.config  # type: ignore[assignment]
-        env = self.wrap_eval_env(make_env(self.env_id, **cfg.env_kwargs))
-        try:
-            with th.random.fork_rng(devices=[]):
-                th.manual_seed(seed)
-                return rollout_episodes(env, partial(self.predict, deterministic=deterministic), n_episodes, seed)
-        finally:
-            env.close()
 
 
 def make_saute_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:

@@ -432,12 +432,7 @@ class CPO(TrustRegionBase):
     """
 
     def _update_multipliers(self, finished: list[np.ndarray]) -> None:
-        # Only the cost estimate: CPO's nu is solved afresh every iteration.
-        self.cost_window.extend(finished)
-        if finished:
-            self.cost_estimate = np.mean(finished, axis=0)
-        elif self.cost_window:
-            self.cost_estimate = np.mean(self.cost_window, axis=0)
+        self._estimate_costs(finished)  # only the estimate: CPO's nu is solved afresh every iteration
 
     def direction(self, q: float, r: np.ndarray, S: np.ndarray, c: np.ndarray) -> tuple[float, np.ndarray, str]:
         if len(c) == 1:
