@@ -61,9 +61,16 @@ def _cpo_x(H: np.ndarray, g: np.ndarray, b: np.ndarray, c: float) -> tuple[np.nd
 
 
 def _primal(H: np.ndarray, g: np.ndarray, B: np.ndarray, c: np.ndarray) -> np.ndarray:
-    cons = [{"type": "ineq", "fun": lambda x: DELTA - 0.5 * x @ H @ x}]
-    cons += [{"type": "ineq", "fun": lambda x, k=k: -(B[:, k] @ x + c[k])} for k in range(len(c))]
-    res = minimize(lambda x: -g @ x, np.zeros(len(g)), constraints=cons, method="SLSQP", options={"ftol": 1e-10, "maxiter": 500})
+    """The primal max g'x s.t. x'Hx/2 <= delta, B'x + c <= 0, by scipy (with analytic
+    gradients; SLSQP's line search can stall on a machine's BLAS, then trust-constr decides)."""
+    cons = [{"type": "ineq", "fun": lambda x: DELTA - 0.5 * x @ H @ x, "jac": lambda x: -(H @ x)}]
+    cons += [{"type": "ineq", "fun": lambda x, k=k: -(B[:, k] @ x + c[k]), "jac": lambda x, k=k: -B[:, k]}
+             for k in range(len(c))]
+    res = minimize(lambda x: -g @ x, np.zeros(len(g)), jac=lambda x: -g, constraints=cons, method="SLSQP",
+                   options={"ftol": 1e-12, "maxiter": 1000})
+    if not res.success:
+        res = minimize(lambda x: -g @ x, np.zeros(len(g)), jac=lambda x: -g, constraints=cons, method="trust-constr",
+                       options={"gtol": 1e-10, "xtol": 1e-12, "maxiter": 5000})
     assert res.success, res.message
     return res.x
 
