@@ -24,7 +24,7 @@ import time
 import zipfile
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,7 +44,7 @@ from constrained_grpo.agents.trainer import (
     check_finite_observations,
     check_finite_parameters,
 )
-from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig
+from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers
 from constrained_grpo.baselines.first_order import CUPConfig, FOCOPSConfig, P3OConfig, RCPOConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
 from constrained_grpo.baselines.saute import SauteConfig
@@ -113,7 +113,7 @@ BASELINES: dict[str, BaselineSpec] = {
         PPOLagConfig,
         # Ki = the dual-ascent step of ppo-lag; Kp adds a response to the (EMA-smoothed)
         # relative violation itself, Kd one to a rising episodic cost (Stooke et al. 2020).
-        {"multiplier_rule": "pid", "multiplier_kp": 0.05, "multiplier_ki": 0.01, "multiplier_kd": 0.01},
+        {"multiplier": {"rule": "pid", "kp": 0.05, "ki": 0.01, "kd": 0.01}},
         "PID-Lagrangian on stable-baselines3 (Stooke, Achiam & Abbeel 2020)",
     ),
     # The other constrained baselines (baselines/trust_region.py, first_order.py, saute.py).
@@ -538,7 +538,16 @@ def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> Basel
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
     agent_cls = getattr(spec.config_cls, "agent_class", lambda: BaselineAgent)()
-    return agent_cls(env_id, seed, spec.config_cls.from_dict({**spec.preset, **config}), name=name)
+    return agent_cls(env_id, seed, _config(spec, config), name=name)
+
+
+def _config(spec: BaselineSpec, config: Mapping[str, Any]) -> PPOConfig:
+    """The table row's preset, then ``config``; a ``multiplier`` dict (or flat
+    ``multiplier_<field>`` keys) updates the row's multiplier field by field, as it does
+    a GRPO variant's."""
+    if "multiplier" in {f.name for f in fields(spec.config_cls)}:
+        return spec.config_cls.from_dict(merge_config_layers(spec.preset, config))
+    return spec.config_cls.from_dict({**spec.preset, **config})  # no multiplier: its keys are unknown options
 
 
 def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
@@ -550,7 +559,7 @@ def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, 
         spec = BASELINES[name]
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
-    cfg = spec.config_cls.from_dict({**spec.preset, **config})
+    cfg = _config(spec, config)
     return {"kind": "baseline", "algo": name, "config": cfg.resolved(use_batched_env(env_id, cfg)).to_dict()}
 
 

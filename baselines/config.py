@@ -3,9 +3,10 @@
 ``PPOConfig`` holds the PPO knobs (SB3's names and meanings); ``PPOLagConfig`` adds the
 cost critic, the cost GAE, the advantage mix and the Lagrange multipliers. The
 multipliers' options are :class:`~constrained_grpo.multipliers.MultiplierConfig`'s,
-documented there once; ``from_dict`` also takes them flat as ``multiplier_<field>``
-(e.g. ``multiplier_lr=0.05``), which is how registry variants and command lines set
-them without replacing the other multiplier options.
+documented there once, and take the shape they take for the GRPO agents: a nested
+``multiplier={"rule": "pid", "kp": 0.3}`` that updates the preset's multiplier field by
+field (:func:`merge_config_layers`). The flat spelling ``multiplier_<field>`` (e.g.
+``multiplier_lr=0.05``) is still read, as the same update.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from typing import Any, TypeVar
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import check_options, coerce_fields, option_names, with_options
 
-__all__ = ["BATCHED_SIZES", "COST_ADVANTAGE_NORMS", "DUMMY_SIZES", "PPOConfig", "PPOLagConfig", "VEC_ENVS"]
+__all__ = [
+    "BATCHED_SIZES",
+    "COST_ADVANTAGE_NORMS",
+    "DUMMY_SIZES",
+    "PPOConfig",
+    "PPOLagConfig",
+    "VEC_ENVS",
+    "merge_config_layers",
+]
 
 SelfConfig = TypeVar("SelfConfig", bound="PPOConfig")
 
@@ -47,6 +56,34 @@ _SIZE_FIELDS: tuple[str, ...] = ("n_envs", "n_steps", "batch_size")
 
 #: Prefix of the flat aliases of MultiplierConfig's fields.
 MULTIPLIER_PREFIX = "multiplier_"
+
+
+def _nest_multiplier(layer: Mapping[str, Any]) -> dict[str, Any]:
+    """``layer`` with its flat ``multiplier_<field>`` keys moved into ``multiplier``; a flat
+    key wins over the same field of the layer's nested dict (it names one field)."""
+    data = dict(layer)
+    flat = {k[len(MULTIPLIER_PREFIX):]: data.pop(k) for k in [k for k in data if k.startswith(MULTIPLIER_PREFIX)]}
+    nested = data.pop("multiplier", None)
+    if nested is not None and not isinstance(nested, (Mapping, MultiplierConfig)):
+        raise TypeError(f"multiplier={nested!r} must be a dict of MultiplierConfig options, e.g. {{'rule': 'pid'}}")
+    options = asdict(nested) if isinstance(nested, MultiplierConfig) else dict(nested or {})
+    if options or flat:
+        data["multiplier"] = {**options, **flat}
+    return data
+
+
+def merge_config_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge option layers (a table row, then the user's options), a later layer winning,
+    with the multiplier in one shape: each layer's ``multiplier`` dict (flat
+    ``multiplier_<field>`` keys folded into it) updates the earlier ones field by field,
+    so ``multiplier={"kp": 0.3}`` over ``pid-lag`` keeps its rule and other gains."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        data = _nest_multiplier(layer)
+        if "multiplier" in data and "multiplier" in merged:
+            data["multiplier"] = {**merged["multiplier"], **data["multiplier"]}
+        merged.update(data)
+    return merged
 
 
 @dataclass(frozen=True)
@@ -221,8 +258,8 @@ class PPOLagConfig(PPOConfig):
     limits: Mapping[str, float] | tuple[float, ...] | None = None
     """Override the task's limits d_k: ``{name: limit}`` or one per constraint."""
     multiplier: MultiplierConfig = field(default_factory=_default_multiplier)
-    """Update rule of the multipliers (see ``MultiplierConfig``); flat keys
-    ``multiplier_<field>`` set single fields."""
+    """Update rule of the multipliers (see ``MultiplierConfig``): a dict updates the
+    default field by field; the flat keys ``multiplier_<field>`` are read as the same update."""
     cost_window: int = 100
     """Episodes kept for the cost estimate when a rollout completes none."""
 
@@ -250,14 +287,8 @@ class PPOLagConfig(PPOConfig):
 
     @classmethod
     def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
-        data = super()._prepare(data)
-        multiplier = data.pop("multiplier", None)
-        options = asdict(multiplier) if isinstance(multiplier, MultiplierConfig) else dict(multiplier or {})
-        for key in [k for k in data if k.startswith(MULTIPLIER_PREFIX)]:
-            options[key[len(MULTIPLIER_PREFIX):]] = data.pop(key)
-        if options:
-            data["multiplier"] = options  # merged into the default multiplier by from_dict
-        return data
+        # The multiplier dict is merged into the default multiplier by from_dict.
+        return _nest_multiplier(super()._prepare(data))
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

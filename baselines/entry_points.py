@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from constrained_grpo.baselines.agent import BaselineAgent, make_baseline
+from constrained_grpo.baselines.agent import BaselineAgent, make_baseline, resolve_baseline_config
 
 __all__ = ["make_cpo", "make_cup", "make_focops", "make_p3o", "make_pcpo", "make_rcpo", "make_trpo_lag"]
 
@@ -43,3 +44,9 @@ def make_p3o(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
 def make_rcpo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
     """Registry entry point of ``rcpo``."""
     return make_baseline("rcpo", env_id, seed, **config)
+
+
+for _name, _factory in (("trpo-lag", make_trpo_lag), ("cpo", make_cpo), ("pcpo", make_pcpo), ("focops", make_focops),
+                        ("cup", make_cup), ("p3o", make_p3o), ("rcpo", make_rcpo)):
+    # registry.resolve_config reads it: options validated before any work, recorded whole.
+    _factory.resolve_config = partial(resolve_baseline_config, _name)  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints
+from constrained_grpo.options import check_options
 from constrained_grpo.registry import EvalResult, register_agent
 from constrained_grpo.tasks import make_env, rollout_episodes
 
@@ -128,6 +129,19 @@ def make_ref_unconstrained(env_id: str, seed: int = 0, **config: Any) -> Referen
     """Registry entry point of ``ref-unconstrained``."""
     return ReferenceAgent(env_id, seed, policy="unconstrained", **config)
 
+
+def _resolver(policy: str) -> Callable[..., dict[str, Any]]:
+    def resolve(env_id: str, **config: Any) -> dict[str, Any]:
+        """The reference's options, checked by name: ``episodes``, ``env_kwargs``, ``limits``."""
+        check_options(config, ("episodes", "env_kwargs", "limits"), "reference policy")
+        return {"kind": "reference", "policy": policy,
+                "config": {"episodes": 20, "env_kwargs": {}, "limits": None, **config}}
+
+    return resolve
+
+
+for _factory, _policy in ((make_ref_random, "random"), (make_ref_optimal, "optimal"), (make_ref_unconstrained, "unconstrained")):
+    _factory.resolve_config = _resolver(_policy)  # type: ignore[attr-defined]
 
 for _name, (_policy, _description) in REFERENCES.items():
     register_agent(_name, f"constrained_grpo.references:make_{_name.replace('-', '_')}", description=_description,

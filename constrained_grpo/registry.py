@@ -95,6 +95,8 @@ class AgentSpec:
             False where lambda weighs standardized advantages (ScAdv) or there is none.
         reference: a fixed reference policy (``constrained_grpo.references``), shown on the
             leaderboard as an unranked anchor.
+        acts_on_text: whether it can act on a text task (a language-model policy, the GRPO
+            family); the benchmark presets run only such algorithms on text tasks.
     """
 
     name: str
@@ -104,6 +106,7 @@ class AgentSpec:
     constrained: bool = True
     lambda_in_reward_units: bool = False
     reference: bool = False
+    acts_on_text: bool = False
 
 
 _REGISTRY: dict[str, AgentSpec] = {}
@@ -119,10 +122,12 @@ def register_agent(
     constrained: bool = True,
     lambda_in_reward_units: bool = False,
     reference: bool = False,
+    acts_on_text: bool = False,
     override: bool = False,
 ) -> AgentSpec:
     """Register an algorithm; registering the same spec twice is a no-op."""
-    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units, reference)
+    spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units,
+                     reference, acts_on_text)
     old = _REGISTRY.get(name)
     if old is not None and old != spec and not override:
         raise ValueError(

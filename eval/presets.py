@@ -21,15 +21,10 @@ from typing import Any
 from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.eval.sweep import expand_grid
 
-__all__ = ["DEFAULT_ALGOS", "FAMILY_SCOPES", "GRPO_ALGOS", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "FAMILY_SCOPES", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
-
-#: Name patterns (``fnmatch``) of the GRPO family: ``cgrpo``, ``grpo-screw``, ``grpo`` and
-#: every ``cgrpo-*`` variant. Only these act on text tasks (a language-model policy); the
-#: PPO baselines' MLP policies need Box or Discrete spaces.
-GRPO_ALGOS: tuple[str, ...] = ("cgrpo", "cgrpo-*", "grpo", "grpo-*")
 
 _GRPO_NAMES: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo")
 
@@ -47,9 +42,13 @@ class Scope:
 
     algos: tuple[str, ...] | None = None
     """Only the preset's algorithms matching one of these ``fnmatch`` patterns run on the
-    scope's tasks (e.g. :data:`GRPO_ALGOS` for text tasks), in the preset's order; an
-    explicit ``--algos`` list is filtered the same way. A dotted path
-    (``package.module:factory``) is user code the preset cannot judge and always passes."""
+    scope's tasks, in the preset's order; an explicit ``--algos`` list is filtered the same
+    way. A dotted path (``package.module:factory``) is user code the preset cannot judge
+    and always passes."""
+    text: bool | None = None
+    """The scope's tasks take and give text: only algorithms registered with
+    ``acts_on_text=True`` (:class:`~constrained_grpo.registry.AgentSpec`) run on them. A
+    dotted path or a name that is not registered passes (it is judged when it runs)."""
     seeds: tuple[int, ...] | None = None
     """Seeds of the scope's runs, instead of the preset's."""
     steps: int | None = None
@@ -62,16 +61,29 @@ class Scope:
 
     def allows(self, algo: str) -> bool:
         """Whether ``algo`` may run on the scope's tasks."""
-        if self.algos is None or _is_dotted_path(algo):
+        if _is_dotted_path(algo):
             return True
-        return any(fnmatch.fnmatchcase(algo, pattern) for pattern in self.algos)
+        if self.text and not _acts_on_text(algo):
+            return False
+        return self.algos is None or any(fnmatch.fnmatchcase(algo, pattern) for pattern in self.algos)
+
+
+def _acts_on_text(algo: str) -> bool:
+    """The registry's ``acts_on_text`` capability of ``algo``; True for a name not registered."""
+    from constrained_grpo.registry import agent_spec
+
+    try:
+        return agent_spec(algo).acts_on_text
+    except KeyError:
+        return True
 
 
 #: Rows every preset applies first, whatever its own scopes say: what a family's tasks
-#: can run at all. A math task takes and gives text, which only the GRPO agents handle, so
+#: can run at all. A math task takes and gives text, which only the algorithms registered
+#: with ``acts_on_text`` (the GRPO agents) handle, so
 #: even ``cgrpo bench --preset quick --tasks Math/ChainSum-v0 --algos cgrpo ppo`` runs
 #: ``cgrpo`` alone there (the bench prints each task's algorithms before it starts).
-FAMILY_SCOPES: dict[str, Scope] = {"math": Scope(algos=GRPO_ALGOS)}
+FAMILY_SCOPES: dict[str, Scope] = {"math": Scope(text=True)}
 
 
 @dataclass(frozen=True)
@@ -139,7 +151,7 @@ class Preset:
             config = {a: {**merged.config.get(a, {}), **c} for a, c in row.config.items()}
             merged = replace(
                 merged,
-                **{f: getattr(row, f) for f in ("algos", "seeds", "steps", "eval_episodes") if getattr(row, f) is not None},
+                **{f: getattr(row, f) for f in ("algos", "text", "seeds", "steps", "eval_episodes") if getattr(row, f) is not None},
                 config={**merged.config, **config},
             )
         return merged
@@ -201,21 +213,8 @@ PRESETS: dict[str, Preset] = {
             # 20k steps instead of 3, enough for a multiplier trajectory to score.
             config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
         ),
-        # Sizing of `standard` for a 2-core machine running `cgrpo bench --preset standard
-        # --workers 2` alone (one run per core). Per-run costs measured on this machine with
-        # `eval.runner.execute_run` (2026-11-30, while other jobs kept the load near 4, so
-        # about half a core each: the per-core rates below are twice the measured ones, which
-        # were ppo-lag 2.9k and ppo 3.8k steps/s on the grid, cgrpo 70k-150k steps/s on the
-        # grid, ppo-lag 54 and cgrpo (quick, 64 episodes/iteration) 23-43 steps/s on
-        # Highway-v0), and the text acceptance runs in results/runs/math (summary.csv, warm/):
-        #   grid baselines  45 runs x (200k steps / ~3.5k steps/s + ~8 s start and eval)  ~ 2,900 core-s
-        #   grid GRPO       45 runs x (~3 s training + ~5 s start and eval)                ~   400 core-s
-        #   highway base.    9 runs x (12,288 steps / ~100 steps/s + ~20 s)                ~ 1,300 core-s
-        #   highway GRPO     9 runs x (10k steps / ~60 steps/s + ~20 s)                    ~ 1,700 core-s
-        #   math GRPO        9 runs x (273 s warm start + 75-110 s for 9.6k completions + ~10 s) ~ 3,400 core-s
-        # about 9,700 core-s: 81 min on 2 workers, about 1.5 h with the tail of the last (math)
-        # runs; 2 h if highway-env runs at the contended rates measured. Highway dominates any
-        # growth: 20k highway steps would add about 45 min.
+        # Sized for `--workers 2` on a 2-core machine: about 9,700 core-s in all, highway
+        # dominating any growth (per-run costs in docs/tuning.md).
         Preset(
             "standard",
             "every family on a budget, about 1.5-2 h on 2 cores (--workers 2): 3 gridworld tasks x 5 seeds x 200k "
@@ -236,7 +235,7 @@ PRESETS: dict[str, Preset] = {
                 # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
                 # transformer warm-started by 1500 supervised steps) and the budget of the text
                 # acceptance runs: 150 iterations.
-                "math": Scope(algos=GRPO_ALGOS, seeds=(0, 1, 2), steps=9_600),
+                "math": Scope(seeds=(0, 1, 2), steps=9_600),
             },
         ),
         Preset(
@@ -256,7 +255,7 @@ PRESETS: dict[str, Preset] = {
                 #   SafetyPointGoal1-v0: reward 12.96 +- 6.95, cost 25.80 +- 34.99.
                 "safety": Scope(seeds=tuple(range(5)), steps=10_000_000),
                 # 400 iterations of the text agent's standard preset (64 completions each).
-                "math": Scope(algos=GRPO_ALGOS, steps=25_600),
+                "math": Scope(steps=25_600),
             },
         ),
     )
@@ -365,7 +364,7 @@ def _check_task_algos(preset: Preset) -> None:
     empty = [t for t in preset.resolved_tasks() if not preset.task_algos(t)]
     if not empty:
         return
-    scopes = {t: list(preset.scope(t).algos or ()) for t in empty}
+    scopes = {t: _allowed(preset.scope(t)) for t in empty}
     if len(empty) == len(preset.resolved_tasks()):
         raise ValueError(
             f"preset {preset.name!r}: no algorithm of {list(preset.algos)} may run on {empty} "
@@ -376,3 +375,10 @@ def _check_task_algos(preset: Preset) -> None:
         f"may run there (allowed: {scopes})",
         stacklevel=3,
     )
+
+
+def _allowed(scope: Scope) -> str:
+    """What ``scope`` admits, in words, for an error message."""
+    parts = ([f"names matching {list(scope.algos)}"] if scope.algos is not None else []) + (
+        ["algorithms that act on text (the GRPO family)"] if scope.text else [])
+    return " and ".join(parts) or "any algorithm"

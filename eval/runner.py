@@ -141,7 +141,8 @@ class RunSpec:
         return all(mine[k] == other.get(k) for k in ("task", "algo", "seed", "steps", "eval_episodes", "config"))
 
     def command(self, out: str | Path) -> str:
-        """The ``cgrpo train`` command that reruns exactly this run."""
+        """The ``cgrpo train`` command that reruns exactly this run into results root ``out``
+        (``config.json`` records it with ``out="."``: run it in the results root)."""
         args = ["cgrpo", "train", self.task, self.algo, "--seed", str(self.seed), "--steps", str(self.steps)]
         args += ["--eval-episodes", str(self.eval_episodes), "--out", str(out)]
         for name, value in sorted(self.config.items()):
@@ -341,14 +342,38 @@ def git_commit() -> dict[str, Any] | None:
     return {"commit": sha, "dirty": bool(status.strip())}
 
 
+def portable_command(command: str, root: str | Path) -> str:
+    """``command`` with no absolute path of this machine: an argument (or the value of a
+    ``--flag=VALUE``) that is an absolute path becomes relative to the results ``root``
+    when it lies under it (``--out /x/results`` with root ``/x/results`` -> ``--out .``),
+    and its bare file name otherwise."""
+    base = os.path.abspath(root)
+
+    def portable(arg: str) -> str:
+        flag, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        if not os.path.isabs(value):
+            return arg
+        path = os.path.abspath(value)
+        inside = path == base or path.startswith(base.rstrip(os.sep) + os.sep)
+        return flag + eq + (Path(os.path.relpath(path, base)).as_posix() if inside else Path(path).name)
+
+    return shlex.join(portable(arg) for arg in shlex.split(command))
+
+
 def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The content of ``config.json``: the run, its task, the algorithm, versions, commit, command."""
+    """The content of ``config.json``: the run, its task, the algorithm, versions, commit, command.
+
+    Nothing in it names a path of this machine, so that results stay valid when moved:
+    ``command`` reruns the run from the results root (``--out .``), and ``invoked_as`` has
+    its absolute paths made relative to that root (:func:`portable_command`)."""
     spec_info = agent_spec(spec.algo)
     prov = dict(provenance) if provenance is not None else {
         "versions": environment_versions(),
         "git": git_commit(),
         "invoked_as": shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]),
     }
+    if isinstance(prov.get("invoked_as"), str):
+        prov["invoked_as"] = portable_command(prov["invoked_as"], out)
     try:
         task_kwargs = dict(make_env_spec_kwargs(spec.task))
     except Exception:  # the kwargs are informative; the task id is what reruns it
@@ -369,7 +394,7 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "config": dict(spec.config),
         },
         "eval": {"episodes": spec.eval_episodes, "first_seed": EVAL_SEED, "policies": list(EVAL_POLICIES)},
-        "command": spec.command(out),
+        "command": spec.command("."),
         **prov,
     }
 

@@ -59,18 +59,15 @@ STATE_FILE = "state.json"
 
 #: The control family's knobs, applied on top of every GRPO preset (the text agent applies
 #: its own ``TEXT_PRESETS`` instead, so these do not leak into a language model's run).
-#: Tuned on Grid/HazardFuel-v0 (issue 3); why each value:
+#: One-line reasons; the measurements behind them are in docs/tuning.md.
 #:
-#: - ``entropy_coef``: GRPO's z-scores blow a single deviating episode up to +-sqrt(G-1)
-#:   in a near-deterministic group, which collapses the policy onto the first route it
-#:   finds; the bonus keeps it exploring long enough to find the far gem route.
-#: - ``multiplier``: PID Lagrangian on the violation divided by the limit. The hazard
-#:   limit is a rate (0.1) and the fuel limit a step count (12): normalizing lets one gain
-#:   serve both. The proportional term answers a violation within a few iterations
-#:   (pure dual ascent let the policy sit on the hazard route until the integral caught
-#:   up, and the overshoot then shut the route for hundreds of iterations); the small
-#:   integral gain holds the steady state at the limit. ScAdv's multipliers are
-#:   scale-free (each cost is z-scored), so the balance point is near lambda = 1.
+#: - ``entropy_coef``: keeps a near-deterministic group exploring, where GRPO's z-scores
+#:   would collapse the policy onto the first route it finds.
+#: - ``multiplier``: a PI controller (``kd`` 0; ``cgrpo-pid`` adds the derivative term) on
+#:   the violation divided by the limit, so one gain serves a rate limit and a step-count
+#:   limit; the proportional term answers a violation within a few iterations, the integral
+#:   holds the steady state at the limit. ScAdv's multipliers are scale-free (each cost is
+#:   z-scored), so the balance point is near lambda = 1.
 CONTROL_OVERRIDES: dict[str, Any] = {
     "entropy_coef": 0.05,
     "multiplier": {"rule": "pid", "kp": 1.0, "ki": 0.01, "kd": 0.0, "normalize": True},
@@ -78,16 +75,12 @@ CONTROL_OVERRIDES: dict[str, Any] = {
 
 #: Per-task overrides by task-id pattern (``fnmatch``), applied after
 #: :data:`CONTROL_OVERRIDES`, every matching row in order (a later, narrower row wins).
+#: Reasons in one line each; the acceptance runs that chose them are in docs/tuning.md.
 #:
-#: - ``Grid/*``: the observation is a one-hot cell, so a linear softmax policy is a
-#:   tabular one. Hidden layers carry the "go right" habit of the first route into cells
-#:   never visited, which kills the random excursions that find the far gem route (with
-#:   (64, 64) hidden units 3 of 5 acceptance seeds passed); a linear policy also takes
-#:   a larger step size. A stronger entropy bonus (0.08) keeps the far route in reach
-#:   after the first multiplier spike, and the integral gain 0.05 removes the steady-state
-#:   error that the proportional term leaves within the budget (acceptance on
-#:   ``Grid/HazardFuel-v0``, seeds 0-4, 3M env steps: ki 0.01 left the hazard cost at
-#:   0.125-0.129 on 3 seeds; ki 0.05 with entropy 0.08 passed 5 of 5).
+#: - ``Grid/*``: the observation is a one-hot cell, so a linear policy is tabular and does
+#:   not carry the first route's habit into unvisited cells; it takes a larger step size; a
+#:   stronger entropy bonus keeps the far route in reach; ``ki`` 0.05 removes the
+#:   steady-state error the proportional term leaves within the budget.
 #: - ``Grid/HazardFuelCoords-v0``: coordinates need hidden layers to be mapped to actions.
 FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "Grid/*": {"hidden_sizes": (), "lr": 1e-2, "entropy_coef": 0.08, "multiplier": {"ki": 0.05}},

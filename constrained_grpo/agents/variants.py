@@ -75,7 +75,14 @@ _TABLE: tuple[Variant, ...] = (
         },
     ),
     Variant("cgrpo-gspo", "ScAdv with one length-normalized ratio per episode (GSPO)", {"ratio_level": "sequence"}),
-    Variant("cgrpo-pid", "ScAdv with PID Lagrangian multipliers (Stooke et al. 2020)", {"multiplier": {"rule": "pid"}}),
+    # ``cgrpo`` already runs a PI controller on control tasks (CONTROL_OVERRIDES), so the
+    # variant adds what it lacks, the derivative term; kd = 1 matches the control kp so that
+    # a rising cost counts as much as the violation itself.
+    Variant(
+        "cgrpo-pid",
+        "ScAdv with the full PID Lagrangian (Stooke et al. 2020): a derivative term kd=1 on a rising cost",
+        {"multiplier": {"rule": "pid", "kd": 1.0}},
+    ),
 )
 
 #: Variants by registry name.
@@ -92,4 +99,5 @@ def register_variants() -> None:
             description=v.description,
             constrained=v.constrained,
             lambda_in_reward_units=v.lambda_in_reward_units,
+            acts_on_text=True,  # make_grpo_agent builds the language-model agent on a text task
         )

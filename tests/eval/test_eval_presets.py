@@ -176,3 +176,26 @@ def test_every_preset_keeps_baselines_off_text_tasks() -> None:
                      registered=list(DEFAULT_ALGOS))
     pairs = sorted({(r.task, r.algo) for r in preset.runs(save_agent=False)})
     assert pairs == [("Grid/HazardFuel3x3-v0", "cgrpo"), ("Grid/HazardFuel3x3-v0", "ppo"), ("Math/ChainSum-v0", "cgrpo")]
+
+
+def test_text_scopes_follow_the_registry_capability_not_the_name() -> None:
+    from constrained_grpo.eval.presets import Preset
+    from constrained_grpo.registry import agent_spec, list_agents, register_agent
+
+    flags = {name: agent_spec(name).acts_on_text for name in list_agents()}
+    assert flags["cgrpo-gdpo"] and flags["grpo-screw"] and not flags["ppo-lag"] and not flags["saute-ppo"]
+    # A text-capable algorithm whose name matches no GRPO pattern runs on math; a GRPO-like
+    # name registered without the capability does not.
+    from constrained_grpo import registry
+
+    register_agent("textbot", TOY, acts_on_text=True)
+    register_agent("cgrpo-notext", TOY)
+    try:
+        preset = Preset("x", "x", tasks=("Math/ChainSum-v0",),
+                        algos=("textbot", "cgrpo-notext", "cgrpo", "ppo", "pkg.mod:factory"))
+        assert preset.task_algos("Math/ChainSum-v0") == ("textbot", "cgrpo", "pkg.mod:factory")
+        grid = Preset("y", "y", tasks=("Grid/HazardFuel-v0",), algos=("cgrpo-notext", "ppo"))
+        assert grid.task_algos("Grid/HazardFuel-v0") == ("cgrpo-notext", "ppo")
+    finally:
+        registry._REGISTRY.pop("textbot", None)
+        registry._REGISTRY.pop("cgrpo-notext", None)

@@ -1,0 +1,49 @@
+"""One configuration shape for the multiplier: ``multiplier={...}`` means the same for the
+GRPO agents and the baselines; the flat ``multiplier_<field>`` keys still read as the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from constrained_grpo.registry import agent_spec, list_agents, resolve_config
+
+TASK = "Grid/HazardFuel-v0"
+
+
+def _multiplier(name: str, **config) -> dict:
+    return resolve_config(name, TASK, **config)["config"]["multiplier"]
+
+
+def test_nested_multiplier_sets_the_rule_for_every_algorithm_with_one() -> None:
+    with_multiplier = [n for n in list_agents() if not agent_spec(n).reference and "multiplier" in
+                       resolve_config(n, TASK)["config"]]
+    assert {"cgrpo", "cgrpo-pid", "grpo-screw", "ppo-lag", "pid-lag"} <= set(with_multiplier)
+    for name in with_multiplier:
+        got = _multiplier(name, multiplier={"rule": "log_sgd", "init": 0.5, "lr": 0.02})
+        assert (got["rule"], got["init"], got["lr"]) == ("log_sgd", 0.5, 0.02), name
+
+
+def test_partial_multiplier_updates_the_table_row_field_by_field() -> None:
+    # pid-lag's row: pid, kp 0.05, ki 0.01, kd 0.01. A user kp replaces only kp (before,
+    # the row's flat multiplier_kp overwrote the user's nested one).
+    got = _multiplier("pid-lag", multiplier={"kp": 0.3})
+    assert (got["rule"], got["kp"], got["ki"], got["kd"]) == ("pid", 0.3, 0.01, 0.01)
+    # ppo-lag keeps its default dual-ascent step size and normalization under a new rule.
+    got = _multiplier("ppo-lag", multiplier={"rule": "pid"})
+    assert (got["rule"], got["lr"], got["normalize"]) == ("pid", 0.01, True)
+
+
+def test_flat_keys_read_as_the_nested_form() -> None:
+    flat = resolve_config("ppo-lag", TASK, multiplier_rule="pid", multiplier_kp=0.3)
+    nested = resolve_config("ppo-lag", TASK, multiplier={"rule": "pid", "kp": 0.3})
+    assert flat == nested and nested["config"]["multiplier"]["kp"] == 0.3
+    assert _multiplier("pid-lag", multiplier_kd=0.2)["kd"] == 0.2
+
+
+def test_bad_multiplier_options_fail_before_any_work() -> None:
+    with pytest.raises(ValueError, match="multiplier"):
+        resolve_config("ppo-lag", TASK, multiplier={"rulez": "pid"})
+    with pytest.raises(TypeError, match="multiplier='pid' must be a dict"):
+        resolve_config("ppo-lag", TASK, multiplier="pid")
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['multiplier'\]"):
+        resolve_config("ppo", TASK, multiplier={"rule": "pid"})  # plain PPO has no multipliers

@@ -1,0 +1,29 @@
+"""The read side (leaderboard, loader, metrics, stability, stats) scores committed tables
+without the trainers: importing it must not import torch or stable-baselines3."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "stable_baselines3")
+
+
+def _heavy_after_import(module: str) -> list[str]:
+    """The HEAVY modules in ``sys.modules`` of a fresh interpreter after ``import module``."""
+    code = f"import json, sys, {module}; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("name", ["leaderboard", "loader", "metrics", "stability", "stats"])
+def test_read_side_imports_no_trainer(name: str) -> None:
+    assert _heavy_after_import(f"constrained_grpo.eval.{name}") == []
+
+
+def test_probe_sees_a_trainer_import() -> None:
+    # Control: the probe does detect torch where it is imported (the GRPO agent module).
+    assert "torch" in _heavy_after_import("constrained_grpo.agents.agent")
