@@ -45,6 +45,7 @@ from constrained_grpo.agents.trainer import (
     check_finite_parameters,
 )
 from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers
+from constrained_grpo.baselines.constrained_base import lag_model_kwargs
 from constrained_grpo.baselines.first_order import CUPConfig, FOCOPSConfig, P3OConfig, RCPOConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
 from constrained_grpo.baselines.saute import SauteConfig
@@ -305,18 +306,7 @@ class BaselineAgent:
         if isinstance(cfg, PPOLagConfig) and build is not None:
             self.model = build(self.env, self.constraints, multiplier, sb3_kwargs)
         elif isinstance(cfg, PPOLagConfig):
-            self.model = PPOLagrangian(
-                self.env,
-                self.constraints,
-                multiplier,
-                cost_gamma=cfg.cost_gamma,
-                cost_gae_lambda=cfg.cost_gae_lambda,
-                cost_vf_coef=cfg.cost_vf_coef,
-                cost_net_arch=cfg.cost_net_arch,
-                cost_advantage_norm=cfg.cost_advantage_norm,
-                cost_window=cfg.cost_window,
-                **sb3_kwargs,
-            )
+            self.model = PPOLagrangian(self.env, self.constraints, multiplier, **lag_model_kwargs(cfg), **sb3_kwargs)
         else:
             self.model = PPO("MlpPolicy", self.env, **sb3_kwargs)
         self.iterations = 0

@@ -104,6 +104,17 @@ class ConstrainedPolicyOptimization(PPOLagrangian):
             policy.cost_value_net(vf_features),
         )
 
+    def frozen_distribution(self) -> Callable[[Any], Any]:
+        """``data -> pi_frozen(. | data.observations)`` of a copy of the current policy that no
+        update touches (the reference of a KL term), without gradients."""
+        frozen = self.frozen_policy()
+
+        def reference(data: Any) -> Any:
+            with th.no_grad():
+                return frozen.get_distribution(data.observations)
+
+        return reference
+
     def frozen_policy(self) -> Any:
         """A copy of the current policy whose weights no update touches (the old policy)."""
         # SB3 keeps the last distribution (a non-leaf tensor) on the policy; deepcopy refuses it.

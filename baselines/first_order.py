@@ -196,11 +196,7 @@ class FOCOPS(ConstrainedPolicyOptimization):
         super().__init__(*args, **kwargs)
 
     def _update_actor(self) -> dict[str, float]:
-        old = self.frozen_policy()
-
-        def reference(data: CostRolloutBufferSamples) -> Any:
-            with th.no_grad():
-                return old.get_distribution(data.observations)
+        reference = self.frozen_distribution()
 
         def loss(out: Forward, data: CostRolloutBufferSamples) -> th.Tensor:
             kl = kl_per_state(out.dist, reference(data))
@@ -235,14 +231,10 @@ class CUP(ConstrainedPolicyOptimization):
             return ppo_clip_loss(th.exp(out.log_prob - data.old_log_prob), data.advantages, clip)
 
         record = self.minibatch_loop(improve, kl_stop=self.target_kl)
-        half = self.frozen_policy()
+        reference = self.frozen_distribution()  # pi_{k+1/2}, the improved policy
         nu = th.as_tensor(self.multiplier.values, dtype=th.float32)
         coef = (1 - self.gamma * self.gae_lambda) / (1 - self.gamma) if self.gamma < 1 else 1.0
         cost_norm = self.cost_advantage_norm
-
-        def reference(data: CostRolloutBufferSamples) -> Any:
-            with th.no_grad():
-                return half.get_distribution(data.observations)
 
         def project(out: Forward, data: CostRolloutBufferSamples) -> th.Tensor:
             kl = kl_per_state(out.dist, reference(data))
