@@ -450,16 +450,6 @@ def _limit_threads() -> None:
         torch.set_num_threads(1)
 
 
-def _is_text_task(task: str, env_kwargs: Mapping[str, Any]) -> bool:
-    import gymnasium as gym
-
-    env = make_env(task, **env_kwargs)
-    try:
-        return isinstance(env.observation_space, gym.spaces.Text)
-    finally:
-        env.close()
-
-
 def evaluate_agent(
     agent: Any, task: str, episodes: int, env_kwargs: Mapping[str, Any] | None = None, first_seed: int = EVAL_SEED
 ) -> tuple[dict[str, EvalResult], EvalProtocol]:
@@ -480,13 +470,25 @@ def evaluate_agent(
 
     import torch
 
-    env_kwargs = dict(env_kwargs or {})
+    import gymnasium as gym
+
     results: dict[str, EvalResult] = {}
-    text = _is_text_task(task, env_kwargs)
-    evaluate = getattr(agent, "evaluate", None)
-    seeded_evaluate = callable(evaluate) and "seed" in inspect.signature(evaluate).parameters
-    act = getattr(agent, "act", None)
-    if (text and seeded_evaluate) or (not text and callable(act)):
+    # One env for both policies: every episode starts from reset(seed=...), which fixes its
+    # whole state (Contract 1), so the env's history does not matter.
+    env = make_env(task, **dict(env_kwargs or {}))
+    try:
+        text = isinstance(env.observation_space, gym.spaces.Text)
+        evaluate = getattr(agent, "evaluate", None)
+        seeded_evaluate = callable(evaluate) and "seed" in inspect.signature(evaluate).parameters
+        act = getattr(agent, "act", None)
+        if not ((text and seeded_evaluate) or (not text and callable(act))):
+            if not callable(evaluate):
+                raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
+            results["deterministic"] = evaluate(episodes, deterministic=True)
+            return results, EvalProtocol(episodes, None, ("deterministic",), "agent")
+        wrap = getattr(agent, "wrap_eval_env", None)
+        if not text and callable(wrap):  # observations the policy needs beyond the task's own
+            env = wrap(env)
         for policy in EVAL_POLICIES:
             det = policy == "deterministic"
             with torch.random.fork_rng(devices=[]):
@@ -499,21 +501,12 @@ def evaluate_agent(
                     else:
                         if callable(getattr(agent, "seed_evaluation", None)):
                             agent.seed_evaluation(first_seed)
-                        env = make_env(task, **env_kwargs)
-                        wrap = getattr(agent, "wrap_eval_env", None)
-                        if callable(wrap):  # observations the policy needs beyond the task's own
-                            env = wrap(env)
-                        try:
-                            results[policy] = rollout_episodes(env, lambda o, d=det: act(o, deterministic=d), episodes, seed=first_seed)
-                        finally:
-                            env.close()
+                        results[policy] = rollout_episodes(env, lambda o, d=det: act(o, deterministic=d), episodes, seed=first_seed)
                 finally:
                     np.random.set_state(np_state)
         return results, EvalProtocol(episodes, first_seed, EVAL_POLICIES, "harness")
-    if not callable(evaluate):
-        raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
-    results["deterministic"] = evaluate(episodes, deterministic=True)
-    return results, EvalProtocol(episodes, None, ("deterministic",), "agent")
+    finally:
+        env.close()
 
 
 def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalProtocol, names: list[str]) -> int:
