@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from constrained_grpo.eval.runner import TaskMeta
+from constrained_grpo.eval.stability import limit_scale
 
 __all__ = [
     "constrained_score",
@@ -80,11 +81,6 @@ def normalised_return(achieved: float, optimum: float | None) -> float:
 # ------------------------------------------------------------------- constraint satisfaction
 
 
-def _limit_scale(limit: float) -> float:
-    # A zero limit has no scale to normalise by: violations are then in cost units.
-    return limit if limit > 0 else 1.0
-
-
 def fraction_within(episode_costs: Sequence[float] | np.ndarray, limit: float) -> float:
     """Fraction of evaluation episodes within the limit: (1/n) sum_i [C_i <= d]."""
     c = _arr(episode_costs)
@@ -93,7 +89,7 @@ def fraction_within(episode_costs: Sequence[float] | np.ndarray, limit: float) -
 
 def normalised_violation(mean_cost: float, limit: float) -> float:
     """max(0, J - d) / d (with d replaced by 1 when d = 0)."""
-    return float(max(0.0, mean_cost - limit) / _limit_scale(limit))
+    return float(max(0.0, mean_cost - limit) / limit_scale(limit))
 
 
 def cumulative_violation(
@@ -113,7 +109,7 @@ def cumulative_violation(
         raise ValueError(f"env_steps ({len(s)}) and costs ({len(j)}) differ in length")
     ds = np.diff(s, prepend=0.0)
     viol = np.nan_to_num(np.maximum(0.0, j - limit), nan=0.0)  # no estimate: no evidence of violation
-    return float(np.sum(viol / _limit_scale(limit) * ds))
+    return float(np.sum(viol / limit_scale(limit) * ds))
 
 
 # --------------------------------------------------------------------- multiplier stability

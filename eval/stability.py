@@ -105,6 +105,7 @@ __all__ = [
     "dual_distance",
     "largest_fall",
     "largest_rise",
+    "limit_scale",
     "multiplier_stability",
     "relative_dual_distance",
 ]
@@ -209,8 +210,8 @@ def _mean(x: np.ndarray) -> float:
     return math.fsum(x.tolist()) / len(x)
 
 
-def _limit_scale(limit: float) -> float:
-    # A zero limit has no scale to normalise by: errors are then in cost units.
+def limit_scale(limit: float) -> float:
+    """c(d) = d, or 1 when d = 0: a zero limit has no scale, so errors are then in cost units."""
     return limit if limit > 0 else 1.0
 
 
@@ -295,7 +296,7 @@ def multiplier_stability(
     amplitude = rise / (2 * sigma)
     reversal = min(rise, fall) / (2 * sigma)
 
-    e = (j - d) / _limit_scale(d)
+    e = (j - d) / limit_scale(d)
     v_half = _finite_mean(e[h:])
     v_end = _finite_mean(e[T - max(1, math.ceil(END_FRAC * T)):])
     v_half = 0.0 if math.isnan(v_half) else v_half  # no estimate: no evidence of violation
@@ -350,7 +351,7 @@ def cost_tracking(
     tol = _positive("tol", tol)
     lambda_ref = _positive("lambda_ref", lambda_ref)
     h = len(j) // 2
-    e = (j[h:] - d) / _limit_scale(d)
+    e = (j[h:] - d) / limit_scale(d)
     e = e[np.isfinite(e)]
     v_half = _mean(e) if e.size else math.nan
     active = bool(e.size and v_half >= -tol)
