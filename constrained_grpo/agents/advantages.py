@@ -85,21 +85,35 @@ Estimator = Callable[..., np.ndarray]
 
 def _zero_tol(x: np.ndarray, axis: int | tuple[int, ...]) -> np.ndarray:
     """Threshold below which a std over ``axis`` counts as zero."""
-    scale = np.max(np.abs(x), axis=axis, keepdims=True) if x.size else np.zeros(())
+    scale = np.abs(x).max(axis=axis, keepdims=True) if x.size else np.zeros(())
     return ZERO_STD_RTOL * np.maximum(scale, 1.0)
+
+
+def _deviation_std(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(x - mean_g x, std_g x)`` over the group axis (axis 1), the std kept as a size-1
+    axis: the operations of ``np.std`` in its order (so the same floats), done once."""
+    g = x.shape[1]
+    deviation = x - x.sum(axis=1, keepdims=True) / g
+    return deviation, np.sqrt((deviation * deviation).sum(axis=1, keepdims=True) / g)
 
 
 def group_std(x: np.ndarray) -> np.ndarray:
     """Population std over the group axis (axis 1), kept as a size-1 axis."""
-    return np.std(x, axis=1, keepdims=True)
+    return _deviation_std(x)[1]
+
+
+def _centred_std(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(x - mean_g x, varies, std_g x)``: the centred values, exactly 0 in a group of
+    equal values; ``varies`` is True where the group's std is not zero (``[P, 1, ...]``)."""
+    deviation, std = _deviation_std(x)
+    varies = std > _zero_tol(x, 1)
+    return np.where(varies, deviation, 0.0), varies, std
 
 
 def _centred(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(x - mean_g x, varies)``, exactly 0 in a group of equal values; ``varies`` is
-    True where the group's std is not zero (shape ``[P, 1, ...]``)."""
-    std = group_std(x)
-    varies = std > _zero_tol(x, 1)
-    return np.where(varies, x - x.mean(axis=1, keepdims=True), 0.0), varies
+    """``(x - mean_g x, varies)`` of :func:`_centred_std`."""
+    centred, varies, _ = _centred_std(x)
+    return centred, varies
 
 
 # --- group estimators -----------------------------------------------------------------
@@ -108,8 +122,8 @@ def _centred(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def zscore(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
     """GRPO: ``(x - mean_g x) / (std_g x + eps)``; 0 in a group whose std is 0."""
     x = np.asarray(x, dtype=np.float64)
-    centred, varies = _centred(x)
-    return np.where(varies, centred / np.where(varies, group_std(x) + eps, 1.0), 0.0)
+    centred, varies, std = _centred_std(x)
+    return np.where(varies, centred / np.where(varies, std + eps, 1.0), 0.0)
 
 
 def standardize(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
@@ -206,10 +220,20 @@ def estimator_slope(x: np.ndarray, estimator: str = "zscore", eps: float = 0.0, 
     ``1/std_batch`` (batch-std), ``1/mean`` (MaxRL); for SoftmaxGRPO it is about ``1/tau``.
     """
     x = np.asarray(x, dtype=np.float64)
-    adv = _estimate(x, estimator, eps, tau)
-    centred, _ = _centred(x)
+    return _slope(x, estimator, eps, tau, _centred_std(x))
+
+
+def _slope(
+    x: np.ndarray, estimator: str, eps: float, tau: float, stats: tuple[np.ndarray, np.ndarray, np.ndarray]
+) -> np.ndarray:
+    """:func:`estimator_slope` of float64 ``x`` given its :func:`_centred_std`."""
+    centred, varies_kept, std = stats
+    if estimator == "zscore":  # zscore's own operations on the statistics at hand
+        adv = np.where(varies_kept, centred / np.where(varies_kept, std + eps, 1.0), 0.0)
+    else:
+        adv = _estimate(x, estimator, eps, tau)
     ss = np.sum(centred**2, axis=1)
-    varies = group_std(x)[:, 0] > _zero_tol(x, 1)[:, 0]
+    varies = varies_kept[:, 0]
     return np.where(varies, np.sum(adv * centred, axis=1) / np.where(varies, ss, 1.0), 0.0)
 
 
@@ -401,8 +425,10 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
     """
     x, lam = _check_components(x, lambdas)
     c = np.abs(signed_weights(lam, spec.reward_weight))
-    sigma = group_std(x)[:, 0, :]  # [P, C]
-    varies = sigma > _zero_tol(x, 1)[:, 0, :]
+    stats = _centred_std(x)
+    _, varies_kept, std = stats
+    sigma = std[:, 0, :]  # [P, C]
+    varies = varies_kept[:, 0, :]
     if spec.aggregator == "reward":
         w = np.zeros_like(sigma)
         w[:, 0] = sigma[:, 0] * estimator_slope(x[..., 0], spec.estimator, spec.eps, spec.tau)
@@ -410,7 +436,7 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
         s = x @ signed_weights(lam, spec.reward_weight)
         w = c * sigma * estimator_slope(s, spec.estimator, spec.eps, spec.tau)[:, None]
     elif spec.aggregator == "scadv":
-        w = c * sigma * estimator_slope(x, spec.estimator, spec.eps, spec.tau)
+        w = c * sigma * _slope(x, spec.estimator, spec.eps, spec.tau, stats)
         if spec.normalize:
             w = w / (1.0 + lam.sum())
     elif spec.aggregator == "gdpo":

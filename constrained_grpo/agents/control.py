@@ -20,6 +20,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
+from constrained_grpo.agents.losses import log_softmax_columns
 from constrained_grpo.agents.trainer import RolloutBatch, check_finite_observations
 from constrained_grpo.constraints import Constraint, override_limits
 from constrained_grpo.tasks import make_vec_env, task_constraints
@@ -27,6 +28,9 @@ from constrained_grpo.tasks import make_vec_env, task_constraints
 __all__ = ["CategoricalMLPPolicy", "ControlAdapter", "ControlData", "GaussianMLPPolicy", "make_control_policy", "mlp"]
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+#: Rollout steps whose uniform draws a linear policy's rollout takes in one call.
+GUMBEL_BLOCK = 8
 
 
 def mlp(in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str = "tanh", out_gain: float = 0.01) -> nn.Sequential:
@@ -56,6 +60,12 @@ class CategoricalMLPPolicy(nn.Module):
     def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, num_actions, activation)
+
+    @property
+    def linear_layer(self) -> nn.Linear | None:
+        """The policy's only layer when it is linear (``hidden_sizes=()``), else None: the
+        trainer then updates it with :func:`~constrained_grpo.agents.losses.linear_categorical_grads`."""
+        return self.net[0] if len(self.net) == 1 and isinstance(self.net[0], nn.Linear) else None
 
     def log_probs_all(self, obs: torch.Tensor) -> torch.Tensor:
         """``log pi(. | s)`` over the actions, ``[..., A]``."""
@@ -141,10 +151,27 @@ def make_control_policy(
 
 @dataclass
 class ControlData:
-    """The control payload of a :class:`RolloutBatch`: ``obs`` ``[N, T, D]``, ``actions`` ``[N, T(, A)]``."""
+    """The control payload of a :class:`RolloutBatch`: ``obs`` ``[N, T, D]``, ``actions`` ``[N, T(, A)]``.
 
-    obs: torch.Tensor
+    A linear policy's rollout keeps only the valid steps, flat and time-major in ``steps``
+    (``obs [S, D]``, ``actions [S]``, ``logp_old [S]``, ``index [S]`` = ``t N + i``);
+    ``obs`` is then None until :meth:`padded_obs` builds it (zeros on the masked steps).
+    """
+
+    obs: torch.Tensor | None
     actions: torch.Tensor
+    steps: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def padded_obs(self) -> torch.Tensor:
+        """``obs`` ``[N, T, D]``, built from ``steps`` on first use."""
+        if self.obs is None:
+            assert self.steps is not None
+            x, index = self.steps[0], self.steps[3]
+            n, t = self.actions.shape[:2]
+            padded = np.zeros((t * n, x.shape[1]), dtype=x.dtype)
+            padded[index] = x
+            self.obs = torch.from_numpy(padded.reshape(t, n, -1)).transpose(0, 1)
+        return self.obs
 
 
 class ControlAdapter:
@@ -197,36 +224,94 @@ class ControlAdapter:
         group_seeds = self.rng.integers(0, 2**31 - 1, size=num_groups)
         obs, _ = self.env.reset(seed=[int(s) for s in np.repeat(group_seeds, group_size)])
         alive = np.ones(n, dtype=bool)
-        returns = np.zeros(n)
-        costs = np.zeros((n, k))
-        lengths = np.zeros(n, dtype=np.int64)
-        obs_steps: list[torch.Tensor] = []
-        act_steps: list[torch.Tensor] = []
-        logp_steps: list[torch.Tensor] = []
+        layer = getattr(policy, "linear_layer", None)
+        if layer is not None:
+            # The parameters in numpy: a step's sampling is a few numpy calls.
+            weight_t = np.ascontiguousarray(layer.weight.detach().numpy().T)
+            bias = layer.bias.detach().numpy()
+        obs_steps: list[Any] = []
+        act_steps: list[Any] = []
+        logp_steps: list[Any] = []  # log-probabilities, or logits for a linear policy
         mask_steps: list[np.ndarray] = []
+        reward_steps: list[np.ndarray] = []
+        cost_steps: list[np.ndarray] = []
         for t in range(self.max_episode_steps):
             obs_np = np.asarray(obs, dtype=np.float32).reshape(n, -1)
-            check_finite_observations(obs_np, f"rollout step {t}")
-            obs_t = torch.as_tensor(obs_np)
-            action, logp = policy.sample(obs_t, self.generator)
-            obs_steps.append(obs_t)
-            act_steps.append(action)
-            logp_steps.append(logp)
-            mask_steps.append(alive.copy())
-            obs, reward, terminated, truncated, info = self.env.step(self.env_action(action))
-            step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(n, k)
-            returns += np.where(alive, reward, 0.0)
-            costs += np.where(alive[:, None], step_costs, 0.0)
-            lengths += alive
-            alive &= ~(np.asarray(terminated) | np.asarray(truncated))
+            if layer is not None:
+                # Only the live envs' steps are kept and sampled (a finished env's action only
+                # moves its next, unused episode). Gumbel-max on the logits (log_softmax only
+                # shifts a row), from the same uniform draws as ``CategoricalMLPPolicy.sample``.
+                if t % GUMBEL_BLOCK == 0:
+                    # The draws of GUMBEL_BLOCK steps in one call: the generator's stream is
+                    # the same as step by step; the unused rest is given back below.
+                    block_state = self.generator.get_state()
+                    gumbel = torch.rand((GUMBEL_BLOCK, n, bias.shape[0]), generator=self.generator).numpy()
+                    np.maximum(gumbel, 1e-20, out=gumbel)  # torch.rand is < 1: the clamp's upper end never binds
+                    np.log(gumbel, out=gumbel)
+                    np.negative(gumbel, out=gumbel)
+                    np.log(gumbel, out=gumbel)  # log(-log u): argmax(logits - it) is Gumbel-max
+                live = alive.nonzero()[0]
+                obs_live = obs_np.take(live, axis=0)
+                logits = obs_live @ weight_t + bias
+                action_live = np.argmax(logits - gumbel[t % GUMBEL_BLOCK].take(live, axis=0), axis=1)
+                env_action = np.zeros(n, dtype=np.int64)
+                env_action[live] = action_live
+                logp_steps.append(logits)
+                obs_steps.append(obs_live)
+                act_steps.append(action_live)
+            else:
+                check_finite_observations(obs_np, f"rollout step {t}")
+                obs_t = torch.as_tensor(obs_np)
+                action, logp = policy.sample(obs_t, self.generator)
+                obs_steps.append(obs_t)
+                act_steps.append(action)
+                logp_steps.append(logp)
+                env_action = self.env_action(action)
+            mask_steps.append(alive)
+            obs, reward, terminated, truncated, info = self.env.step(env_action)
+            reward_steps.append(np.asarray(reward, dtype=np.float64))
+            cost_steps.append(np.asarray(info["costs"], dtype=np.float64).reshape(n, k))
+            alive = alive > (np.asarray(terminated) | np.asarray(truncated))  # alive and not done
             if not alive.any():
                 break
+        # Sums over the steps in step order: the same float sums as adding step by step.
+        mask_np = np.stack(mask_steps)  # [T, N]
+        returns = np.where(mask_np, np.stack(reward_steps), 0.0).sum(axis=0)
+        costs = np.where(mask_np[..., None], np.stack(cost_steps), 0.0).sum(axis=0)
+        lengths = mask_np.sum(axis=0)
         components = np.concatenate([returns[:, None], costs], axis=1).reshape(num_groups, group_size, 1 + k)
-        data = ControlData(obs=torch.stack(obs_steps, dim=1), actions=torch.stack(act_steps, dim=1))
+        # Stacked time-major ([T, N, ...]: whole blocks copied); the batch holds [N, T, ...] views.
+        if layer is not None:
+            used = len(mask_steps) % GUMBEL_BLOCK
+            if used:  # rewind the generator to just after the draws of the steps taken
+                self.generator.set_state(block_state)
+                torch.rand((used, n, bias.shape[0]), generator=self.generator)
+            x = np.concatenate(obs_steps)
+            if not np.isfinite(x).all():
+                for t, rows in enumerate(obs_steps):
+                    full = np.zeros((n, rows.shape[1]), dtype=rows.dtype)
+                    full[mask_np[t]] = rows
+                    check_finite_observations(full, f"rollout step {t}")
+            actions = np.concatenate(act_steps)
+            index = np.flatnonzero(mask_np)  # t N + i of the live steps, in the order kept
+            logp_all, _ = log_softmax_columns(np.ascontiguousarray(np.concatenate(logp_steps).T))
+            logp = logp_all[actions, np.arange(actions.size)]
+            width = len(mask_steps)
+            actions_pad = np.zeros(width * n, dtype=np.int64)
+            actions_pad[index] = actions
+            logp_pad = np.zeros(width * n, dtype=np.float32)
+            logp_pad[index] = logp
+            data = ControlData(
+                obs=None, actions=torch.from_numpy(actions_pad.reshape(width, n)).t(), steps=(x, actions, logp, index)
+            )
+            logp_old = torch.from_numpy(logp_pad.reshape(width, n)).t()
+        else:
+            data = ControlData(obs=torch.stack(obs_steps).transpose(0, 1), actions=torch.stack(act_steps).transpose(0, 1))
+            logp_old = torch.stack(logp_steps).t()
         return RolloutBatch(
             components=components,
-            logp_old=torch.stack(logp_steps, dim=1),
-            mask=torch.as_tensor(np.stack(mask_steps, axis=1)),
+            logp_old=logp_old,
+            mask=torch.from_numpy(mask_np).t(),
             env_steps=int(lengths.sum()),
             lengths=lengths,
             data=data,
@@ -236,7 +321,23 @@ class ControlAdapter:
     def log_probs(self, policy: nn.Module, batch: RolloutBatch, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         data: ControlData = batch.data
         # index_select: the rows of x[index], without advanced indexing's overhead.
-        return policy.log_prob_entropy(data.obs.index_select(0, index), data.actions.index_select(0, index))
+        return policy.log_prob_entropy(data.padded_obs().index_select(0, index), data.actions.index_select(0, index))
+
+    def flat_steps(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+        """The valid steps of ``batch`` flat, time-major, as numpy arrays: ``(obs [S, D],
+        actions [S], logp_old [S], sample [S])``; None for a continuous action space."""
+        if not self._discrete:
+            return None
+        data: ControlData = batch.data
+        n, t = batch.mask.shape
+        if data.steps is not None:
+            x, actions, logp_old, index = data.steps
+            return x, actions, logp_old, index % n
+        index = np.flatnonzero(batch.mask.t().contiguous().numpy())
+        obs = data.padded_obs().transpose(0, 1).contiguous().numpy().reshape(t * n, -1).take(index, axis=0)
+        actions = data.actions.t().contiguous().numpy().reshape(-1).take(index)
+        logp_old = batch.logp_old.t().contiguous().numpy().reshape(-1).take(index)
+        return obs, actions, logp_old, index % n
 
     def close(self) -> None:
         self.env.close()

@@ -31,12 +31,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 __all__ = [
     "LOSS_AGGREGATIONS",
     "PolicyLossTerms",
     "kl_k3",
+    "linear_categorical_grads",
+    "linear_log_softmax",
+    "log_softmax_columns",
+    "matmul",
     "masked_mean",
     "negative_advantage_veto",
     "pg_loss_clipped",
@@ -174,3 +179,102 @@ def policy_loss(
     else:
         kl = torch.zeros((), dtype=logp.dtype)
     return PolicyLossTerms(loss, pg, kl, ent, stats["clip_frac"], stats["approx_kl"], stats["veto_frac"])
+
+
+
+#: OpenBLAS runs a product of more multiply-adds than this (its default threshold) on
+#: several threads, which ignore torch's thread setting and spin on a busy machine:
+#: :func:`matmul` splits larger products into pieces of at most this size.
+NUMPY_MATMUL_MAX = 262_144
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` in single-threaded pieces: rows of ``a`` split (exact), or else the
+    inner dimension split and the partial products summed."""
+    m, k = a.shape
+    cols = b.shape[1]
+    if m * k * cols <= NUMPY_MATMUL_MAX:
+        return a @ b
+    if m >= k:
+        step = max(1, NUMPY_MATMUL_MAX // (k * cols))
+        return np.concatenate([a[i : i + step] @ b for i in range(0, m, step)])
+    step = max(1, NUMPY_MATMUL_MAX // (m * cols))
+    out = a[:, :step] @ b[:step]
+    for i in range(step, k, step):
+        out += a[:, i : i + step] @ b[i : i + step]
+    return out
+
+
+def log_softmax_columns(z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(log_softmax, softmax)`` of logits ``z`` ``[A, M]``, one column per step (``z`` is
+    overwritten). Actions run down the columns because numpy reduces a short last axis
+    row by row, about 20x slower than across rows."""
+    z -= z.max(axis=0)
+    e = np.exp(z)
+    total = e.sum(axis=0)
+    return z - np.log(total), e / total
+
+
+def linear_log_softmax(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(log_softmax(z), softmax(z))``, each ``[A, M]``, of the logits ``z = W x + b`` of the rows of ``x`` ``[M, D]``."""
+    return log_softmax_columns(np.ascontiguousarray((matmul(x, np.ascontiguousarray(weight.T)) + bias).T))
+
+
+def linear_categorical_grads(
+    x: np.ndarray,
+    actions: np.ndarray,
+    logp_old: np.ndarray,
+    adv: np.ndarray,
+    weight: np.ndarray,
+    layer_weight: np.ndarray,
+    layer_bias: np.ndarray,
+    logp_ref: np.ndarray | None = None,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    kl_coef: float = 0.0,
+    entropy_coef: float = 0.0,
+) -> tuple[np.ndarray, np.ndarray, list[float]]:
+    """:func:`policy_loss` (per-step ratios, no veto) and its exact gradient for a linear softmax policy.
+
+    The ``M`` valid steps come flat (numpy, float32): features ``x`` ``[M, D]``,
+    ``actions``, ``logp_old``, their sample's advantage ``adv`` and averaging weight
+    ``weight`` (each ``[M]``; the weight is ``1 / M`` for ``token``, ``1 / (n len_i)`` for
+    ``sequence``, ``1 / (n T)`` for ``sum``). With logits ``z = W x + b``,
+    ``l = log_softmax(z)``, ``p = exp(l)``, ``H = -sum_a p_a l_a`` and ``r = exp(l_a - logp_old)``:
+
+        loss = -sum w min(r A, clip(r) A) - c_H sum w H + c_KL sum w (e^{ref - l_a} - (ref - l_a) - 1)
+        g    = dloss/dl_a = -w A r [r A <= clip(r) A] + c_KL w (1 - e^{ref - l_a})
+        dloss/dz = g onehot(a) - p (g - c_H w (l + H))
+
+    (``dH/dz = -p (l + H)``, ``dl_a/dz = onehot(a) - p``; a tie of the two surrogates,
+    inside the clip range, passes the whole gradient, as autograd's half + half), so
+    ``dW = dz^T x`` and ``db = sum_steps dz``: a few array calls in place of autograd's graph.
+
+    Returns ``(grad_W [A, D], grad_b [A], stats)`` with ``stats`` = ``[loss, pg_loss, kl,
+    entropy, clip_frac, approx_kl]`` (``clip_frac`` and ``approx_kl`` averaged per step).
+    """
+    cols = np.arange(len(actions))
+    logp_all, probs = linear_log_softmax(x, layer_weight, layer_bias)
+    logp = logp_all[actions, cols]
+    entropy = -(probs * logp_all).sum(axis=0)
+    log_ratio = logp - logp_old
+    ratio = np.exp(log_ratio)
+    surrogate = ratio * adv
+    surrogate_clipped = np.minimum(np.maximum(ratio, 1.0 - eps_low), 1.0 + eps_high) * adv
+    g = np.where(surrogate <= surrogate_clipped, (-weight * adv) * ratio, np.float32(0.0))
+    pg_loss = -float(np.minimum(surrogate, surrogate_clipped) @ weight)
+    ent = float(entropy @ weight)
+    loss = pg_loss - entropy_coef * ent
+    kl = 0.0
+    if logp_ref is not None:
+        d = logp_ref - logp
+        exp_d = np.exp(d)
+        kl = float((exp_d - d - 1.0) @ weight)
+        loss += kl_coef * kl
+        g = g + (kl_coef * weight) * (1.0 - exp_d)
+    grad_z = probs * ((entropy_coef * weight) * (logp_all + entropy) - g)
+    grad_z[actions, cols] += g
+    clip_frac = float(np.count_nonzero(surrogate_clipped < surrogate)) / len(cols)
+    approx_kl = float((np.expm1(log_ratio) - log_ratio).sum()) / len(cols)
+    return matmul(grad_z, x), grad_z.sum(axis=1), [loss, pg_loss, kl, ent, clip_frac, approx_kl]

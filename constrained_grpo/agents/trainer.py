@@ -27,7 +27,7 @@ from torch import nn
 
 from constrained_grpo.agents.advantages import compute_advantages, effective_weights
 from constrained_grpo.agents.config import GRPOConfig
-from constrained_grpo.agents.losses import policy_loss
+from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
 
 __all__ = [
@@ -82,7 +82,9 @@ def check_finite_observations(obs: np.ndarray, where: str) -> None:
 def check_finite_parameters(module: nn.Module, where: str) -> None:
     """Raise :class:`NonFiniteUpdateError` naming the first parameter of ``module`` holding a NaN/inf."""
     for name, param in module.named_parameters():
-        if not bool(torch.isfinite(param).all()):
+        data = param.detach()
+        finite = np.isfinite(data.numpy()).all() if data.device.type == "cpu" else torch.isfinite(data).all()
+        if not bool(finite):
             raise NonFiniteUpdateError(
                 f"{where}: parameter {name!r} became NaN or infinite; training stopped "
                 "(every earlier iteration was logged). Lower the learning rate or check the task's values."
@@ -126,6 +128,28 @@ class RolloutAdapter(Protocol):
         self, policy: nn.Module, batch: RolloutBatch, index: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logp, entropy)``, each ``[n, T]``, of samples ``index`` of ``batch`` under ``policy``."""
+
+
+def adam_step(
+    param: np.ndarray,
+    grad: np.ndarray,
+    state: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lr: float,
+    betas: tuple[float, float],
+    eps: float,
+) -> None:
+    """One Adam step in place, as ``torch.optim.Adam`` (no weight decay, no amsgrad) takes it:
+    ``m <- b1 m + (1 - b1) g``, ``v <- b2 v + (1 - b2) g^2``,
+    ``p <- p - lr / (1 - b1^t) m / (sqrt(v) / sqrt(1 - b2^t) + eps)``."""
+    step, exp_avg, exp_avg_sq = state
+    step += 1
+    t = float(step)
+    beta1, beta2 = betas
+    exp_avg += (grad - exp_avg) * (1.0 - beta1)
+    exp_avg_sq *= beta2
+    exp_avg_sq += (1.0 - beta2) * grad * grad
+    denom = np.sqrt(exp_avg_sq) / math.sqrt(1.0 - beta2**t) + eps
+    param -= (lr / (1.0 - beta1**t)) * exp_avg / denom
 
 
 def check_finite_components(components: np.ndarray, iteration: int, names: Sequence[str]) -> None:
@@ -237,6 +261,11 @@ class GRPOTrainer:
     def _update(self, batch: RolloutBatch, adv: torch.Tensor) -> dict[str, float]:
         """``epochs`` passes of ``minibatches`` Adam steps on the policy loss; mean diagnostics."""
         cfg = self.config
+        layer = getattr(self.policy, "linear_layer", None)
+        if layer is not None and cfg.ratio_level == "step" and not cfg.neg_adv_veto and hasattr(self.adapter, "flat_steps"):
+            flat = self.adapter.flat_steps(batch)
+            if flat is not None:
+                return self._update_linear(batch, adv, layer, flat)
         n = adv.shape[0]
         sums: dict[str, float] = {}
         count = 0
@@ -289,6 +318,110 @@ class GRPOTrainer:
         out = {key: value / count for key, value in sums.items()}
         out["grad_norm"] = float(np.mean(grad_norms))
         return out
+
+    def _update_linear(
+        self,
+        batch: RolloutBatch,
+        adv: torch.Tensor,
+        layer: nn.Linear,
+        flat: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> dict[str, float]:
+        """:meth:`_update` for a linear softmax policy, in numpy on the valid steps only: the
+        same minibatches (one ``randperm`` per epoch, split as ``torch.chunk`` splits it),
+        the gradient in closed form (:func:`linear_categorical_grads`), ``clip_grad_norm_``'s
+        clip and the Adam step (:func:`adam_step`), written back to the parameters and to
+        the optimiser's state tensors at the end (so saving and loading see every step)."""
+        cfg = self.config
+        x, actions, logp_old, sample = flat
+        n, width = batch.mask.shape
+        step_lengths = np.bincount(sample, minlength=n).astype(np.float32).take(sample)
+        adv_step = adv.numpy()[sample]
+        logp_ref = None
+        if self.reference is not None:
+            ref: nn.Linear = self.reference.linear_layer  # type: ignore[union-attr]
+            ref_all, _ = linear_log_softmax(x, ref.weight.detach().numpy(), ref.bias.detach().numpy())
+            logp_ref = ref_all[actions, np.arange(len(actions))]
+        chunk = -(-n // cfg.minibatches)  # torch.chunk's chunk size
+        num_chunks = -(-n // chunk)
+        rank_chunk = np.arange(n) // chunk
+        sample_chunk = np.empty(n, dtype=np.int64)
+        # Weight and bias as one flat vector (and so the Adam moments): one Adam step and
+        # one norm per minibatch; written back to the parameters and state tensors at the end.
+        views = [(p.detach().numpy(), self._adam_state(p)) for p in (layer.weight, layer.bias)]
+        flat_param = np.concatenate([v.reshape(-1) for v, _ in views])
+        state = (
+            views[0][1][0].copy(),
+            np.concatenate([st[1].reshape(-1) for _, st in views]),
+            np.concatenate([st[2].reshape(-1) for _, st in views]),
+        )
+        size_w = views[0][0].size
+        weight_view, bias_view = flat_param[:size_w].reshape(views[0][0].shape), flat_param[size_w:]
+        flat_grad = np.empty_like(flat_param)
+        group = self.optimizer.param_groups[0]
+        max_norm = cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf
+        totals = np.zeros(6)
+        grad_norm_sum = 0.0
+        count = 0
+        for _ in range(cfg.epochs):
+            sample_chunk[torch.randperm(n, generator=self.generator).numpy()] = rank_chunk
+            step_chunk = sample_chunk.take(sample)
+            samples_in = np.bincount(sample_chunk, minlength=num_chunks).astype(np.float32)
+            for c in range(num_chunks):
+                idx = (step_chunk == c).nonzero()[0]
+                if cfg.loss_agg == "token":
+                    weight = np.full(len(idx), 1.0 / np.float32(len(idx)), dtype=np.float32)
+                elif cfg.loss_agg == "sequence":
+                    weight = 1.0 / (samples_in[c] * step_lengths.take(idx))
+                else:
+                    weight = np.full(len(idx), 1.0 / (samples_in[c] * np.float32(width)), dtype=np.float32)
+                grad_w, grad_b, stats = linear_categorical_grads(
+                    x.take(idx, axis=0), actions.take(idx), logp_old.take(idx), adv_step.take(idx), weight,
+                    weight_view, bias_view, None if logp_ref is None else logp_ref.take(idx),
+                    eps_low=cfg.clip_eps_low, eps_high=cfg.clip_eps_high,
+                    kl_coef=cfg.kl_coef, entropy_coef=cfg.entropy_coef,
+                )
+                if not math.isfinite(stats[0]):
+                    raise NonFiniteUpdateError(
+                        f"iteration {self.iteration}: non-finite loss {stats[0]} (policy-gradient "
+                        f"{stats[1]}, KL {stats[2]}, entropy {stats[3]}); training "
+                        "stopped before the step (every earlier iteration was logged)"
+                    )
+                flat_grad[:size_w] = grad_w.reshape(-1)
+                flat_grad[size_w:] = grad_b
+                grad_norm = math.sqrt(float(flat_grad @ flat_grad))
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteUpdateError(
+                        f"iteration {self.iteration}: non-finite gradient norm {grad_norm}; training "
+                        "stopped before the step (every earlier iteration was logged)"
+                    )
+                # clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6) when that is below 1.
+                scale = min(max_norm / (grad_norm + 1e-6), 1.0)
+                if scale < 1.0:
+                    flat_grad *= np.float32(scale)
+                adam_step(flat_param, flat_grad, state, group["lr"], group["betas"], group["eps"])
+                totals += stats
+                grad_norm_sum += grad_norm
+                count += 1
+        for (param, (step, exp_avg, exp_avg_sq)), part in zip(views, (slice(0, size_w), slice(size_w, None))):
+            param[...] = flat_param[part].reshape(param.shape)
+            step[...] = state[0]
+            exp_avg[...] = state[1][part].reshape(param.shape)
+            exp_avg_sq[...] = state[2][part].reshape(param.shape)
+        means = (totals / count).tolist()
+        out = dict(zip(("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl"), means))
+        out["veto_frac"] = 0.0
+        out["grad_norm"] = grad_norm_sum / count
+        return out
+
+    def _adam_state(self, param: nn.Parameter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Numpy views ``(step, exp_avg, exp_avg_sq)`` of the optimiser's state of ``param``,
+        created as ``torch.optim.Adam`` creates it on its first step."""
+        state = self.optimizer.state[param]
+        if not state:
+            state["step"] = torch.tensor(0.0)
+            state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+        return state["step"].numpy(), state["exp_avg"].numpy(), state["exp_avg_sq"].numpy()
 
     # --- the loop ---------------------------------------------------------------------
     def train(self, total_env_steps: int, log: LogFn | None = None) -> list[dict[str, Any]]:

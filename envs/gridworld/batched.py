@@ -22,10 +22,12 @@ from constrained_grpo.envs.gridworld.model import (
     DRAW_HAZARD,
     DRAW_SLIP,
     DRAW_SLIP_ACTION,
+    EPISODE_GAMMA,
     GridModel,
     GridOptions,
     next_key,
     seed_key,
+    splitmix64,
     task_options,
     STEP_COUNTER,
     counters_below,
@@ -111,7 +113,12 @@ class BatchedGridWorld(gym.vector.VectorEnv):
             seeds = [seed + i for i in range(self.num_envs)] if isinstance(seed, (int, np.integer)) else list(seed)
             if len(seeds) != self.num_envs:
                 raise ValueError(f"got {len(seeds)} seeds for {self.num_envs} grids")
-            self._keys = np.array([seed_key(int(s)) for s in seeds], dtype=np.uint64)
+            ints = np.asarray(seeds)
+            if ints.dtype.kind in "iu" and bool((ints >= 0).all()):
+                # seed_key on the whole array at once (uint64 arithmetic wraps as MASK64 does).
+                self._keys = splitmix64(ints.astype(np.uint64) * np.uint64(EPISODE_GAMMA))
+            else:
+                self._keys = np.array([seed_key(int(s)) for s in seeds], dtype=np.uint64)
             self._np_random, _ = gym.utils.seeding.np_random(seeds[0])
         elif self._needs_reset:
             rng = np.random.default_rng()

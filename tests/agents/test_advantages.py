@@ -297,3 +297,16 @@ def test_compute_advantages_dispatches() -> None:
         compute_advantages(X, lam, AdvantageSpec("dara", dara_symmetric=False)), dara(X, lam, symmetric=False)
     )
     np.testing.assert_allclose(compute_advantages(X, lam, AdvantageSpec("reward")), reward_only(X))
+
+
+def test_group_statistics_are_numpys_to_the_bit() -> None:
+    """The one-pass group mean/std gives exactly numpy's ``std`` and the z-score exactly
+    ``(x - mean) / std``: advantages are the same floats as with ``np.std``."""
+    from constrained_grpo.agents.advantages import group_std
+
+    rng = np.random.default_rng(5)
+    for shape in [(16, 16), (16, 16, 3), (3, 7, 2)]:
+        x = rng.normal(size=shape) * 37.0
+        np.testing.assert_array_equal(group_std(x), np.std(x, axis=1, keepdims=True))
+        expected = (x - x.mean(axis=1, keepdims=True)) / np.std(x, axis=1, keepdims=True)
+        np.testing.assert_array_equal(zscore(x), expected)

@@ -290,3 +290,65 @@ def test_custom_task_outside_the_table_gets_the_control_agent() -> None:
     assert all(r["ep_cost"][1] >= 2 for r in logged)
     with pytest.raises(gym.error.UnregisteredEnv):
         task_family("NoSuchTask-v0")
+
+
+def test_linear_policy_fast_path_matches_the_autograd_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linear policy's numpy rollout and closed-form update give what the torch path gives.
+
+    Same seed, same groups: the rollouts agree exactly on actions, masks, returns and
+    costs (the same uniform draws pick the same actions) and on log pi_old to float32
+    round-off; one update (2 epochs x 2 minibatches of Adam) moves the weights alike.
+    """
+    from constrained_grpo.agents.advantages import compute_advantages
+    from constrained_grpo.agents.control import CategoricalMLPPolicy
+
+    options = {**QUICK, "hidden_sizes": (), "kl_coef": 0.05}
+    fast = constrained_grpo.make_agent("cgrpo", TINY, seed=3, **options)
+    slow = constrained_grpo.make_agent("cgrpo", TINY, seed=3, **options)
+    assert fast.policy.linear_layer is not None
+    cfg = fast.config
+    for _ in range(2):  # the second rollout starts where the first left the random stream
+        batch_fast = fast.adapter.collect(fast.policy, cfg.num_groups, cfg.group_size)
+        with monkeypatch.context() as patch:
+            patch.setattr(CategoricalMLPPolicy, "linear_layer", property(lambda self: None))
+            with torch.no_grad():
+                batch_slow = slow.adapter.collect(slow.policy, cfg.num_groups, cfg.group_size)
+        assert batch_slow.mask.shape[1] > 8  # longer than one block of uniform draws
+    mask = batch_slow.mask
+    np.testing.assert_array_equal(batch_fast.mask.numpy(), mask.numpy())
+    np.testing.assert_array_equal(batch_fast.components, batch_slow.components)
+    np.testing.assert_array_equal(batch_fast.data.actions[mask].numpy(), batch_slow.data.actions[mask].numpy())
+    np.testing.assert_allclose(batch_fast.logp_old[mask].numpy(), batch_slow.logp_old[mask].numpy(), atol=1e-6)
+
+    fast.trainer.multiplier.values[:] = slow.trainer.multiplier.values[:] = [0.5, 0.2]
+    adv = compute_advantages(batch_slow.components, slow.trainer.lambdas, cfg.advantage_spec)
+    adv_t = torch.as_tensor(adv.reshape(-1), dtype=torch.float32)
+    stats_fast = fast.trainer._update(batch_fast, adv_t)
+    with monkeypatch.context() as patch:
+        patch.setattr(CategoricalMLPPolicy, "linear_layer", property(lambda self: None))
+        stats_slow = slow.trainer._update(batch_slow, adv_t)
+    for p_fast, p_slow in zip(fast.policy.parameters(), slow.policy.parameters()):
+        np.testing.assert_allclose(p_fast.detach().numpy(), p_slow.detach().numpy(), atol=2e-6)
+    moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(fast.policy.parameters(), fast.trainer.reference.parameters()))
+    assert moved > 1e-3  # the update did move the policy
+    for key in ("loss", "pg_loss", "kl", "entropy", "clip_frac", "approx_kl", "grad_norm"):
+        assert stats_fast[key] == pytest.approx(stats_slow[key], rel=1e-4, abs=1e-7), key
+
+
+def test_adam_step_is_torch_adam() -> None:
+    """The numpy Adam step of the linear path follows torch.optim.Adam step for step."""
+    from constrained_grpo.agents.trainer import adam_step
+
+    gen = torch.Generator().manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(3, 5, generator=gen))
+    mine = param.detach().numpy().copy()
+    state = (np.zeros((), dtype=np.float32), np.zeros_like(mine), np.zeros_like(mine))
+    opt = torch.optim.Adam([param], lr=0.01)
+    for _ in range(5):
+        grad = torch.randn(3, 5, generator=gen)
+        param.grad = grad.clone()
+        opt.step()
+        adam_step(mine, grad.numpy(), state, 0.01, (0.9, 0.999), 1e-8)
+    np.testing.assert_allclose(mine, param.detach().numpy(), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(state[1], opt.state[param]["exp_avg"].numpy(), rtol=1e-6)
+    assert float(state[0]) == 5.0
