@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+
+from constrained_grpo.schema import LOG_REQUIRED_KEYS, flatten_record
 
 __all__ = [
     "AgentSpec",
@@ -38,8 +40,8 @@ __all__ = [
 #: Packages that register built-in algorithms when imported.
 BUILTIN_AGENT_PACKAGES: tuple[str, ...] = ("constrained_grpo.agents", "constrained_grpo.baselines", "constrained_grpo.references")
 
-#: Keys every ``learn`` log record carries (Contract 2).
-LOG_REQUIRED_KEYS: tuple[str, ...] = ("env_steps", "wall_s", "ep_return", "ep_cost", "multipliers")
+#: The one flattener of a log record (``schema.flatten_record``), under its registry name.
+flatten_log_record = flatten_record
 
 
 @dataclass(frozen=True)
@@ -214,22 +216,6 @@ def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
     merged = {**spec.defaults, **config}
     resolver = getattr(factory, "resolve_config", None)
     return dict(resolver(env_id, **merged)) if callable(resolver) else {"config": merged}
-
-
-def flatten_log_record(record: Mapping[str, Any], names: Sequence[str]) -> dict[str, Any]:
-    """A ``learn`` record as one CSV row of the acceptance experiments' ``progress.csv``:
-    scalars kept under their keys, ``ep_cost`` and ``multipliers`` spread into
-    ``cost_<name>`` and ``lambda_<name>``, other vectors dropped.
-
-    (The harness's own ``progress.csv`` uses ``constrained_grpo.eval.storage.flatten_record``,
-    which also renames ``ep_return`` and keeps every vector.)
-    """
-    row = {k: v for k, v in record.items() if not isinstance(v, (list, tuple))}
-    for name, c in zip(names, record["ep_cost"]):
-        row[f"cost_{name}"] = c
-    for name, m in zip(names, record["multipliers"]):
-        row[f"lambda_{name}"] = m
-    return row
 
 
 def validate_log_record(record: Mapping[str, Any], num_constraints: int | None = None) -> None:

@@ -44,7 +44,7 @@ from scipy.stats import rankdata
 from constrained_grpo.eval import stats, storage
 from constrained_grpo.eval.loader import check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.metrics import run_metrics
-from constrained_grpo.eval.runner import TaskMeta
+from constrained_grpo.schema import TaskMeta
 
 __all__ = [
     "BUDGET_RATIO",

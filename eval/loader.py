@@ -12,9 +12,10 @@ algo            str      algorithm name
 seed            int      run seed
 kind            str      ``train`` or ``eval``
 policy          str      eval rows: ``sampled`` (actions sampled from the final policy: the primary
-                         evaluation) or ``deterministic`` (its mode); empty on train rows. A table
-                         without the column has deterministic eval rows only
-iteration       int      training iteration (train) or evaluation episode index (eval, per policy), from 0
+                         evaluation) or ``deterministic`` (its mode); empty on train rows
+iteration       int      training iteration, from 0 (train); the run's last one, whose policy was
+                         evaluated (eval)
+episode         int      eval rows: evaluation episode index per policy, from 0; empty on train rows
 reset_seed      int      eval rows: the episode's ``reset(seed=...)``, the same for every run of a
                          task (harness-owned evaluation); empty when unknown and on train rows
 env_steps       int      env steps so far (train); the run's final env steps (eval)
@@ -29,7 +30,9 @@ lambda_<name>   float    multiplier of <name> after the iteration (train); the f
 eff_w_<comp>    float    optional: effective weight of component <comp> (reward or a constraint)
 ==============  =======  ==================================================================
 
-Columns of constraints that a row's task does not have are empty. Everything else an
+The columns are ``constrained_grpo.schema.CORE_COLUMNS``; a train row is keyed by
+``iteration``, an eval row by ``(policy, episode)``. Columns of constraints that a row's
+task does not have are empty. Everything else an
 agent logs (losses, ...) stays in ``progress.csv`` (``load_results(extra_columns=True)``
 keeps it). The same schema is the submission format (docs/leaderboard_schema.md).
 """
@@ -50,7 +53,7 @@ import numpy as np
 import pandas as pd
 
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.runner import CONFIG_SCHEMA, TaskMeta, task_meta
+from constrained_grpo.schema import CONFIG_SCHEMA, CORE_COLUMNS, EVAL_POLICIES, TaskMeta, eval_columns
 
 __all__ = [
     "ALGO_NAME",
@@ -70,15 +73,12 @@ __all__ = [
     "validate_table",
 ]
 
-#: Fixed leading columns of the long table, in order.
-CORE_COLUMNS: tuple[str, ...] = (
-    "suite", "task", "algo", "seed", "kind", "policy", "iteration", "reset_seed", "env_steps", "wall_s", "return",
-    "length",
-)
-#: Values of ``policy`` on eval rows (``constrained_grpo.eval.runner.EVAL_POLICIES``).
-POLICIES: tuple[str, ...] = ("sampled", "deterministic")
+#: Values of ``policy`` on eval rows.
+POLICIES: tuple[str, ...] = EVAL_POLICIES
 #: Columns every long table must have (plus ``cost_<name>`` of each task's constraints).
-REQUIRED_COLUMNS: tuple[str, ...] = ("suite", "task", "algo", "seed", "kind", "iteration", "env_steps", "return")
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "suite", "task", "algo", "seed", "kind", "policy", "iteration", "episode", "env_steps", "return",
+)
 _STR_COLUMNS = ("suite", "task", "algo", "kind")
 _INT_COLUMNS = ("seed", "iteration", "env_steps")
 _PATTERN_COLUMN = re.compile(r"(cost|lambda|eff_w)_[A-Za-z0-9_]+")
@@ -127,8 +127,8 @@ class Results:
 def _is_harness_config(path: Path) -> bool:
     """Whether ``path`` is a harness run's ``config.json`` (it carries ``schema``).
 
-    Other tools (the acceptance experiments, saved agents) also write ``config.json``;
-    their folders may sit under the same results directory and are not runs. A file
+    A saved agent also writes a ``config.json``; its folder may sit under the same
+    results directory and is not a run. A file
     that does not parse counts as a run, so that the loader reports it.
     """
     try:
@@ -426,18 +426,19 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
 
     eval_path = path / storage.EVAL_FILE
     evals = _read_csv(eval_path)
-    required_eval = ["episode", "return", "length", *[f"cost_{n}" for n in names]]
+    required_eval = eval_columns(names)
     missing = [c for c in required_eval if c not in evals.columns]
     if missing:
         raise ResultsError(f"{eval_path}: missing column(s) {missing}; it has {list(evals.columns)}")
-    _check_numeric(evals, required_eval, str(eval_path))
-    # Runs written before the harness owned the evaluation have one deterministic policy and
-    # do not record their episodes' reset seeds (so they cannot be paired with other runs).
-    policy = evals["policy"].astype(str) if "policy" in evals.columns else pd.Series("deterministic", index=evals.index)
+    measured_eval = [c for c in required_eval if c not in ("policy", "reset_seed")]
+    _check_numeric(evals, measured_eval, str(eval_path))
+    _check_integral(evals, ["episode"], str(eval_path))
+    policy = evals["policy"].astype(str)
     if not policy.isin(POLICIES).all():
         raise ResultsError(f"{eval_path}: column 'policy' must hold {list(POLICIES)}; it has {sorted(set(policy))}")
-    reset_seed = evals["reset_seed"] if "reset_seed" in evals.columns else pd.Series(np.nan, index=evals.index)
-    _check_numeric(pd.DataFrame({"reset_seed": reset_seed}), ["reset_seed"], str(eval_path), allow_nan=True)
+    # Empty where the agent evaluated itself on episodes of its own (they cannot be paired).
+    reset_seed = evals["reset_seed"]
+    _check_numeric(evals, ["reset_seed"], str(eval_path), allow_nan=True)
     if len(evals) != done.get("eval_rows") or len(evals) == 0:
         raise ResultsError(
             f"{eval_path}: has {len(evals)} rows but {path / storage.DONE_FILE} records {done.get('eval_rows')}"
@@ -451,7 +452,8 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
     final = progress.iloc[-1]
     evalrows = pd.DataFrame(
         {
-            "iteration": evals["episode"].astype(np.int64).to_numpy(),
+            "iteration": int(final["iteration"]),
+            "episode": evals["episode"].to_numpy(dtype=float),
             "policy": policy.to_numpy(),
             "reset_seed": reset_seed.to_numpy(dtype=float),
             "env_steps": int(final["env_steps"]),
@@ -484,14 +486,12 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
     for col in table.columns:
         if col not in _STR_COLUMNS and col not in _INT_COLUMNS and col != "policy":
             table[col] = table[col].astype(np.float64)
-    # A long table without the column predates paired evaluation: one deterministic policy.
     table["policy"] = table["policy"].astype(object).where(table["kind"] == "eval", np.nan)
-    table.loc[(table["kind"] == "eval") & table["policy"].isna(), "policy"] = "deterministic"
     kind_order = table["kind"].map({"train": 0, "eval": 1})
     policy_order = table["policy"].map({p: i for i, p in enumerate(POLICIES)}).fillna(-1)
     table = (
         table.assign(_k=kind_order, _p=policy_order)
-        .sort_values(["suite", "task", "algo", "seed", "_k", "_p", "iteration"], kind="mergesort")
+        .sort_values(["suite", "task", "algo", "seed", "_k", "_p", "iteration", "episode"], kind="mergesort")
         .drop(columns=["_k", "_p"])
         .reset_index(drop=True)
     )
@@ -623,20 +623,27 @@ def validate_table(
     _check_strings(df, source)
     for name in sorted(df["algo"].unique()):
         _check_algo(name, source, known_algos)
-    if "policy" in df.columns:
-        bad_policy = (df["kind"] == "eval") & df["policy"].notna() & ~df["policy"].isin(POLICIES)
-        bad_policy |= (df["kind"] == "train") & df["policy"].notna()
-        if bad_policy.any():
-            i = int(np.flatnonzero(bad_policy.to_numpy())[0])
-            raise ResultsError(
-                f"{source}: column 'policy' must be empty on train rows and one of {list(POLICIES)} on eval rows; "
-                f"row {i} has {df['policy'].iloc[i]!r}"
-            )
+    bad_policy = (df["kind"] == "eval") & ~df["policy"].isin(POLICIES)
+    bad_policy |= (df["kind"] == "train") & df["policy"].notna()
+    if bad_policy.any():
+        i = int(np.flatnonzero(bad_policy.to_numpy())[0])
+        raise ResultsError(
+            f"{source}: column 'policy' must be empty on train rows and one of {list(POLICIES)} on eval rows; "
+            f"row {i} has {df['policy'].iloc[i]!r}"
+        )
     numeric = [c for c in df.columns if c not in _STR_COLUMNS and c != "policy"]
     _check_numeric(df, ["seed", "iteration", "env_steps"], source)
     _check_numeric(df, [c for c in numeric if c not in _INT_COLUMNS], source, allow_nan=True)
     _check_integral(df, list(_INT_COLUMNS), source)
     is_eval = (df["kind"] == "eval").to_numpy()
+    episode = df["episode"].to_numpy(dtype=float)
+    bad_episode = (is_eval & ((episode != np.round(episode)) | ~(episode >= 0))) | (~is_eval & ~np.isnan(episode))
+    if bad_episode.any():
+        i = int(np.flatnonzero(bad_episode)[0])
+        raise ResultsError(
+            f"{source}: column 'episode' must be an integer >= 0 on eval rows and empty on train rows; "
+            f"row {i} ({df['kind'].iloc[i]}) has {df['episode'].iloc[i]!r}"
+        )
     nan_eval = is_eval & df["return"].isna().to_numpy()
     if nan_eval.any():
         rows = np.flatnonzero(nan_eval)[:5].tolist()
@@ -646,6 +653,8 @@ def validate_table(
     for task in sorted(df["task"].unique()):
         if task not in metas:
             try:
+                from constrained_grpo.eval.runner import task_meta  # builds the env: only for tasks not given
+
                 metas[task] = task_meta(task)
             except Exception as err:
                 from constrained_grpo.envs import list_tasks
@@ -700,14 +709,20 @@ def validate_table(
         kinds = set(group["kind"])
         if kinds != set(_KINDS):
             raise ResultsError(f"{where}: has only {sorted(kinds)} rows; a run needs train rows and eval rows")
-        for kind in _KINDS:
-            rows = group[group["kind"] == kind]
-            # Eval rows: one per (policy, episode); a table without ``policy`` has one policy.
-            keys = rows[["policy", "iteration"]].fillna({"policy": ""}) if "policy" in rows.columns else rows[["iteration"]]
-            if keys.duplicated().any():
-                dup = rows["iteration"][keys.duplicated()].iloc[0]
-                raise ResultsError(f"{where}: {kind} iteration {dup} appears twice")
         train = group[group["kind"] == "train"].sort_values("iteration")
+        if train["iteration"].duplicated().any():
+            raise ResultsError(f"{where}: train iteration {train['iteration'][train['iteration'].duplicated()].iloc[0]} appears twice")
+        evals = group[ev]
+        keys = evals[["policy", "episode"]]
+        if keys.duplicated().any():
+            policy, episode = keys[keys.duplicated()].iloc[0]
+            raise ResultsError(f"{where}: eval episode {int(episode)} of the {policy} policy appears twice")
+        last = int(train["iteration"].max())
+        if (evals["iteration"] != last).any():
+            raise ResultsError(
+                f"{where}: eval rows must carry the last train iteration ({last}), whose policy was evaluated; "
+                f"they have {sorted(set(evals['iteration'].tolist()))}"
+            )
         if (np.diff(train["env_steps"].to_numpy()) < 0).any():
             raise ResultsError(f"{where}: env_steps decrease along the train iterations; they must be cumulative")
     if not math.isfinite(float(df["return"].abs().max())):

@@ -27,7 +27,7 @@ import pandas as pd  # noqa: E402
 
 from constrained_grpo.eval.colors import algo_colors, algo_marker  # noqa: E402
 from constrained_grpo.eval.metrics import run_metrics  # noqa: E402
-from constrained_grpo.eval.runner import TaskMeta  # noqa: E402
+from constrained_grpo.schema import TaskMeta  # noqa: E402
 from constrained_grpo.eval.storage import safe_name  # noqa: E402
 
 __all__ = ["curve", "make_plots"]

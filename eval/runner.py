@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.constraints import Constraint, get_constraints, override_limits
+from constrained_grpo.constraints import get_constraints, override_limits
 from constrained_grpo.registry import EvalResult, agent_spec, make_agent, resolve_config
+from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, rollout_episodes
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.storage import (
@@ -59,17 +60,12 @@ __all__ = [
     "task_meta",
 ]
 
-#: Version of the ``config.json`` layout; the loader refuses other versions.
-CONFIG_SCHEMA = 1
-
 #: Reset seed of the first final-evaluation episode: episode i of every run, whatever its
 #: algorithm or training seed, starts from ``reset(seed=EVAL_SEED + i)``, so that all
 #: algorithms of a task are evaluated on the same episodes (a paired comparison).
 EVAL_SEED = 1_000_000
-#: The final policy is evaluated twice on the same episodes: sampling its actions (the
-#: primary evaluation: a constrained optimum is in general a mixture of routes, which only
-#: a stochastic policy represents) and taking the mode (what a greedy deployment does).
-EVAL_POLICIES: tuple[str, ...] = ("sampled", "deterministic")
+#: Directory of the results root holding the shared text warm starts (never committed).
+WARMSTART_DIR = ".warmstart"
 #: Episodes per policy when a run does not say: what an evaluation of the family costs.
 _FAMILY_EVAL_EPISODES = {"gridworld": 500, "highway": 50, "math": 200, "safety": 20}
 
@@ -150,62 +146,6 @@ class RunSpec:
         if not self.save_agent:
             args.append("--no-save")
         return shlex.join(args)
-
-
-@dataclass(frozen=True)
-class TaskMeta:
-    """What the metrics need to know about a task.
-
-    Attributes:
-        task: task id.
-        suite: the task family (``gridworld``, ...): the stratum of cross-task aggregates.
-        constraints: the task's constraints (names and limits d_k).
-        optimum_return: exact constrained optimum R*, where the task provides one.
-        unconstrained_return: exact unconstrained optimum, where provided.
-        optimal_multipliers: lambda*_k (LP duals), where provided.
-    """
-
-    task: str
-    suite: str
-    constraints: tuple[Constraint, ...]
-    optimum_return: float | None = None
-    unconstrained_return: float | None = None
-    optimal_multipliers: tuple[float, ...] | None = None
-
-    @property
-    def constraint_names(self) -> list[str]:
-        return [c.name for c in self.constraints]
-
-    @property
-    def limits(self) -> dict[str, float]:
-        return {c.name: c.limit for c in self.constraints}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "task": self.task,
-            "suite": self.suite,
-            "constraints": [asdict(c) for c in self.constraints],
-            "optimum": None
-            if self.optimum_return is None
-            else {
-                "constrained_return": self.optimum_return,
-                "unconstrained_return": self.unconstrained_return,
-                "multipliers": None if self.optimal_multipliers is None else list(self.optimal_multipliers),
-            },
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TaskMeta":
-        opt = data.get("optimum") or {}
-        mult = opt.get("multipliers")
-        return cls(
-            task=data["task"],
-            suite=data["suite"],
-            constraints=tuple(Constraint(**c) for c in data["constraints"]),
-            optimum_return=opt.get("constrained_return"),
-            unconstrained_return=opt.get("unconstrained_return"),
-            optimal_multipliers=None if mult is None else tuple(float(m) for m in mult),
-        )
 
 
 def default_eval_episodes(task: str) -> int:
@@ -510,7 +450,8 @@ def evaluate_agent(
 
 
 def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalProtocol, names: list[str]) -> int:
-    """``eval.csv``: one row per (policy, episode) with the episode's reset seed (empty when unknown)."""
+    """``eval.csv`` (``schema.eval_columns``): one row per (policy, episode) with the episode's
+    reset seed (empty when the agent evaluated itself)."""
     rows = []
     for policy, result in results.items():
         returns = np.asarray(result.returns, dtype=np.float64)
@@ -528,8 +469,7 @@ def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalPro
             | {f"cost_{n}": float(costs[i, k]) for k, n in enumerate(names)}
             for i in range(len(returns))
         ]
-    columns = ["episode", "policy", "reset_seed", "return", "length", *[f"cost_{n}" for n in names]]
-    storage.atomic_write_bytes(path, storage.csv_bytes(rows, columns))
+    storage.atomic_write_bytes(path, storage.csv_bytes(rows, eval_columns(names)))
     return len(rows)
 
 
@@ -603,7 +543,13 @@ def _execute(
     )
     _limit_threads()
     _seed_everything(spec.seed)
-    agent = make_agent(spec.algo, spec.task, seed=spec.seed, **spec.config)
+    from constrained_grpo.agents.lm_sft import warmstart_cache
+
+    # Text agents of one task and seed share one warm start, computed by the first run.
+    # path is storage.run_dir(root, task, algo, seed): the task's parts, algo and seed below root.
+    root = Path(path).parents[len([p for p in spec.task.split("/") if p]) + 1]
+    with warmstart_cache(root / WARMSTART_DIR):
+        agent = make_agent(spec.algo, spec.task, seed=spec.seed, **spec.config)
     _limit_threads()
 
     def report(row: Mapping[str, Any]) -> None:

@@ -36,6 +36,7 @@ import numpy as np
 
 from constrained_grpo.files import atomic_write_bytes, atomic_write_text
 from constrained_grpo.registry import validate_log_record
+from constrained_grpo.schema import flatten_record, progress_columns
 
 __all__ = [
     "CONFIG_FILE",
@@ -54,7 +55,6 @@ __all__ = [
     "atomic_write_text",
     "clear_run_dir",
     "csv_bytes",
-    "flatten_record",
     "is_complete",
     "is_locked",
     "read_json",
@@ -71,11 +71,6 @@ ERROR_FILE = "error.txt"
 RUNNING_FILE = "running.json"
 AGENT_DIR = "agent"
 LOCK_FILE = ".lock"
-
-#: Log keys renamed to the long table's column prefixes.
-_PREFIX = {"ep_return": "return", "ep_cost": "cost", "multipliers": "lambda"}
-#: Log keys an agent may use for the effective weights of the GRPO aggregators.
-_EFF_W_KEYS = ("eff_w", "eff_weights", "effective_weights", "effective_weight", "eff_weight")
 
 
 class RunBusyError(RuntimeError):
@@ -143,75 +138,6 @@ def csv_bytes(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> byte
     return buf.getvalue().encode("utf-8")
 
 
-def _scalar(value: Any) -> Any:
-    if isinstance(value, (bool, np.bool_)):
-        return int(value)
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (float, np.floating)):
-        return float(value)
-    if value is None or isinstance(value, str):
-        return value
-    item = getattr(value, "item", None)  # 0-d numpy arrays and torch tensors
-    if callable(item):
-        try:
-            return _scalar(item())
-        except (TypeError, ValueError, RuntimeError):
-            pass
-    return str(value)
-
-
-def _sequence_names(n: int, constraint_names: Sequence[str]) -> list[str]:
-    """Column suffixes for a logged vector of length ``n``.
-
-    K entries name the constraints; K + 1 entries are (reward, constraints...), the
-    component order of the GRPO arrays (docs/architecture.md); anything else is numbered.
-    """
-    k = len(constraint_names)
-    if n == k:
-        return list(constraint_names)
-    if n == k + 1:
-        return ["reward", *constraint_names]
-    return [str(i) for i in range(n)]
-
-
-def flatten_record(record: Mapping[str, Any], constraint_names: Sequence[str]) -> dict[str, Any]:
-    """One ``learn`` log record as flat CSV cells.
-
-    ``ep_return`` becomes ``return``; the vectors ``ep_cost`` and ``multipliers`` become
-    ``cost_<name>`` and ``lambda_<name>``; an effective-weight vector (``eff_w`` or
-    ``effective_weights``, K+1 entries: reward then costs) becomes ``eff_w_<component>``;
-    any other vector ``x`` becomes ``x_<name>`` (or ``x_<i>``) and a mapping ``x``
-    becomes ``x_<key>``. Scalars are kept; booleans become 0/1.
-
-    >>> flatten_record({"env_steps": 8, "wall_s": 0.5, "ep_return": 1.0, "ep_cost": [0.0, 3.0],
-    ...                 "multipliers": [], "loss": 0.25}, ["hazard", "fuel"])
-    {'env_steps': 8, 'wall_s': 0.5, 'return': 1.0, 'cost_hazard': 0.0, 'cost_fuel': 3.0, 'loss': 0.25}
-    """
-    flat: dict[str, Any] = {}
-
-    def put(key: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for sub, v in value.items():
-                put(f"{key}_{sub}", v)
-            return
-        if hasattr(value, "tolist") and np.ndim(value) > 0:
-            value = np.asarray(value).tolist()
-        if isinstance(value, (list, tuple)):
-            if any(isinstance(v, (list, tuple, Mapping)) for v in value):
-                flat[key] = json.dumps(value, default=_json_default)
-                return
-            for suffix, v in zip(_sequence_names(len(value), constraint_names), value):
-                flat[f"{key}_{suffix}"] = _scalar(v)
-            return
-        flat[key] = _scalar(value)
-
-    for key, value in record.items():
-        name = "eff_w" if key in _EFF_W_KEYS else _PREFIX.get(key, key)
-        put(name, value)
-    return flat
-
-
 #: Called as ``hook(run_path, row)`` after every stored record (``row`` as in progress.csv).
 RecordHook = Callable[[Path, Mapping[str, Any]], None]
 _RECORD_HOOKS: list[RecordHook] = []
@@ -263,10 +189,9 @@ class ProgressLog:
 
     def __call__(self, record: Mapping[str, Any]) -> None:
         validate_log_record(record, len(self.constraint_names))
+        # Agents count from 0 or from 1: the table numbers rows itself (the agent's counter is
+        # ``agent_iteration``, schema.RECORD_COLUMNS).
         flat = flatten_record(record, self.constraint_names)
-        if "iteration" in flat:
-            # Agents count from 0 or from 1; the table numbers rows itself and keeps theirs aside.
-            flat["agent_iteration"] = flat.pop("iteration")
         row = {"iteration": len(self.rows), **flat}
         for key in row:
             if key not in self._columns:
@@ -285,10 +210,7 @@ class ProgressLog:
     @property
     def columns(self) -> list[str]:
         """Header: iteration, env_steps, wall_s, return, cost_*, lambda_*, then the rest in first-seen order."""
-        first = ["iteration", "env_steps", "wall_s", "return"]
-        first += [f"cost_{n}" for n in self.constraint_names] + [f"lambda_{n}" for n in self.constraint_names]
-        head = [c for c in first if c in self._columns]
-        return head + [c for c in self._columns if c not in head]
+        return progress_columns(self.constraint_names, self._columns)
 
     def flush(self, *, fsync: bool = True) -> None:
         """Rewrite ``progress.csv`` with every record so far."""

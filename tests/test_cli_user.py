@@ -130,8 +130,8 @@ def test_every_algorithm_family_gets_the_same_tags():
             "lambda_hazard": 0.2, "lambda_fuel": 0.1, "eff_w_reward": 0.9, "eff_w_hazard": 0.05, "eff_w_fuel": 0.05,
             "loss": -0.1, "pg_loss": 0.01, "kl": 0.0, "approx_kl": 0.001}
     ppo = {"iteration": 0, "env_steps": 2048, "wall_s": 1.0, "return": 0.8, "cost_hazard": 0.4, "cost_fuel": 11.0,
-           "lambda_hazard": 0.3, "lambda_fuel": 0.0, "policy_loss": -0.02, "value_loss": 0.5, "cost_value_loss": 0.1,
-           "approx_kl": 0.01, "cost_estimate_hazard": 0.2}
+           "lambda_hazard": 0.3, "lambda_fuel": 0.0, "policy_loss": -0.02, "value_loss": 0.5, "value_loss_cost": 0.1,
+           "approx_kl": 0.01, "estimated_cost_hazard": 0.2}
     limits = {"hazard": 0.1, "fuel": 12.0}
     a, b = metric_tags(grpo, limits), metric_tags(ppo, limits)
     shared = {"return", "cost/hazard", "cost/fuel", "limit/hazard", "limit/fuel", "lambda/hazard", "lambda/fuel",
@@ -139,8 +139,8 @@ def test_every_algorithm_family_gets_the_same_tags():
     assert shared <= set(a) and shared <= set(b)
     assert a["steps_per_s"] == 4000.0 and b["steps_per_s"] == 2048.0
     assert {"eff_w/reward", "loss/loss", "loss/pg_loss"} <= set(a)
-    assert {"loss/policy_loss", "loss/value_loss", "loss/cost_value_loss"} <= set(b)
-    assert "cost/estimate_hazard" not in b and b["limit/fuel"] == 12.0
+    assert {"loss/policy_loss", "loss/value_loss", "loss/value_loss_cost"} <= set(b)
+    assert not any(k.startswith("cost/estimated") for k in b) and b["limit/fuel"] == 12.0
     # steps/s over the iteration: (4048 - 2048) / (2.0 - 1.0)
     assert metric_tags({**ppo, "env_steps": 4048, "wall_s": 2.0}, limits, ppo)["steps_per_s"] == 2000.0
 

@@ -76,7 +76,7 @@ def test_log_records_follow_contract_2(name: str) -> None:
         for loss in ("policy_loss", "value_loss", "entropy_loss", "approx_kl"):
             assert np.isfinite(record[loss])
         if name != "ppo":
-            assert np.isfinite(record["cost_value_loss"]) and len(record["cost_estimate"]) == 2
+            assert np.isfinite(record["value_loss_cost"]) and len(record["estimated_cost"]) == 2
     assert all(b["wall_s"] >= a["wall_s"] for a, b in zip(records, records[1:]))
     # A second learn() continues the counters.
     agent.learn(64, records.append)

@@ -46,6 +46,6 @@ def test_ppo_lagrangian_enforces_the_fuel_limit_that_ppo_breaks() -> None:
     assert lag_fuel < ppo_fuel - 1.0, f"PPO-Lagrangian fuel {lag_fuel:.2f} vs PPO {ppo_fuel:.2f}"
     # Dual ascent: the fuel multiplier rises in every iteration whose fuel estimate is over the limit.
     lam = np.array([r["multipliers"][1] for r in lag])
-    over = np.array([r["cost_estimate"][1] > FUEL_LIMIT for r in lag])
+    over = np.array([r["estimated_cost"][1] > FUEL_LIMIT for r in lag])
     assert np.all(np.diff(lam)[over[1:]] > 0)
     assert lam.max() > 0.25

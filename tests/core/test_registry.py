@@ -67,3 +67,16 @@ def test_validate_log_record():
         validate_log_record({**good, "ep_cost": [0.0]}, 2)
     with pytest.raises(ValueError, match="multipliers has 1"):
         validate_log_record({**good, "multipliers": [0.3]}, 2)
+
+
+def test_log_record_contract_comes_from_the_schema():
+    # One definition of the record: the registry validates and flattens with the schema's.
+    from constrained_grpo import schema
+
+    assert registry.LOG_REQUIRED_KEYS is schema.LOG_REQUIRED_KEYS
+    assert registry.flatten_log_record is schema.flatten_record
+    row = registry.flatten_log_record(
+        {"env_steps": 10, "wall_s": 0.1, "ep_return": 1.0, "ep_cost": [0.0, 2.0], "multipliers": [0.5, 0.0]},
+        ["hazard", "fuel"])
+    assert row == {"env_steps": 10, "wall_s": 0.1, "return": 1.0, "cost_hazard": 0.0, "cost_fuel": 2.0,
+                   "lambda_hazard": 0.5, "lambda_fuel": 0.0}

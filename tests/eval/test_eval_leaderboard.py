@@ -32,7 +32,7 @@ def table_of(runs: dict[str, tuple[float, float, np.ndarray | None]], seeds: int
                              "cost_hazard": hazard, "lambda_hazard": np.nan if lam is None else lam[t]})
             for i in range(10):
                 rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval",
-                             "policy": "sampled", "iteration": i, "reset_seed": EVAL_SEED + i,
+                             "policy": "sampled", "iteration": n - 1, "episode": i, "reset_seed": EVAL_SEED + i,
                              "env_steps": 100 * n, "wall_s": np.nan, "return": ret + 0.01 * seed, "length": 5.0,
                              "cost_hazard": float(i < round(hazard * 10)), "lambda_hazard": np.nan if lam is None else lam[-1]})
     return pd.DataFrame(rows)

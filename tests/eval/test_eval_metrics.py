@@ -109,7 +109,7 @@ def synthetic_table(lams: dict[str, np.ndarray], hazard_cost: dict[str, float]) 
                          "env_steps": int(STEPS[t]), "wall_s": float(t), "return": 1.0, "length": np.nan,
                          "cost_hazard": hazard_cost[algo], "lambda_hazard": lam[t]})
         for i in range(4):
-            rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": 0, "kind": "eval", "iteration": i,
+            rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": 0, "kind": "eval", "policy": "deterministic", "iteration": N - 1, "episode": i,
                          "env_steps": int(STEPS[-1]), "wall_s": np.nan, "return": 1.5, "length": 10.0,
                          "cost_hazard": float(i == 0 and hazard_cost[algo] > 0.1), "lambda_hazard": lam[-1]})
     return pd.DataFrame(rows), {meta.task: meta}

@@ -16,6 +16,7 @@ from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
 from constrained_grpo.eval.runner import EVAL_SEED, RunSpec, execute_run
+from constrained_grpo.schema import eval_columns, flatten_record
 
 NAMES = ["hazard", "fuel"]
 
@@ -28,7 +29,7 @@ def run_path(root: Path, algo: str = TOY, seed: int = 0) -> Path:
 
 
 def test_flatten_record_names_vectors_by_constraint():
-    flat = storage.flatten_record(
+    flat = flatten_record(
         {"env_steps": np.int64(8), "wall_s": 0.5, "ep_return": np.float32(1.0), "ep_cost": np.array([0.0, 3.0]),
          "multipliers": [0.1, 0.2], "eff_w": [0.5, 0.3, 0.2], "stats": {"a": True}, "other": [1, 2, 3, 4]},
         NAMES,
@@ -74,6 +75,8 @@ def test_run_directory_layout_and_config(toy_results: Path):
     assert done["eval_rows"] == 12  # 6 episodes for each of the sampled and the deterministic policy
     assert done["eval"] == {"episodes": 6, "first_seed": EVAL_SEED, "policies": ["sampled", "deterministic"], "owner": "harness"}
     ev = pd.read_csv(path / "eval.csv")
+    assert list(ev.columns) == eval_columns(NAMES) == ["episode", "policy", "reset_seed", "return", "length",
+                                                          "cost_hazard", "cost_fuel"]
     assert list(ev["policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
     assert list(ev["reset_seed"]) == [EVAL_SEED + i for i in range(6)] * 2
 
@@ -107,6 +110,12 @@ def test_load_results_builds_the_long_table(toy_results: Path):
     assert len(con[con["kind"] == "eval"]) == 12
     assert list(con.loc[con["kind"] == "eval", "policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
     assert con["policy"][con["kind"] == "train"].isna().all()
+    # Train rows are keyed by iteration, eval rows by (policy, episode); an eval row's
+    # iteration is the last train iteration (the evaluated policy's), never an episode number.
+    train_con, eval_con = con[con["kind"] == "train"], con[con["kind"] == "eval"]
+    assert train_con["episode"].isna().all()
+    assert (eval_con["iteration"] == len(train_con) - 1).all()
+    assert eval_con["episode"].tolist() == [0, 1, 2, 3, 4, 5] * 2
     assert res.tasks[TASK].optimum_return == pytest.approx(1.2)
     assert [p.name for p in find_runs(toy_results)] == ["seed_0", "seed_1", "seed_0", "seed_1"]
 
@@ -209,6 +218,11 @@ def test_validate_accepts_the_loaded_table(good_table):
         (lambda t: t.assign(task="Grid/Nope-v0"), r"unknown task 'Grid/Nope-v0'"),
         (lambda t: t.assign(lambda_hazard=np.where(np.arange(len(t)) == 0, np.nan, 1.0)), r"must be all filled"),
         (lambda t: pd.concat([t, t.iloc[[0]]]), r"train iteration 0 appears twice"),
+        (lambda t: pd.concat([t, t[t["kind"] == "eval"].iloc[[0]]]), r"eval episode 0 of the sampled policy appears twice"),
+        (lambda t: t.assign(iteration=np.where(t["kind"] == "eval", 0, t["iteration"])),
+         r"eval rows must carry the last train iteration"),
+        (lambda t: t.assign(episode=0.0), r"'episode' must be an integer >= 0 on eval rows and empty on train rows"),
+        (lambda t: t.drop(columns=["episode"]), r"missing column\(s\) \['episode'\]"),
     ],
 )
 def test_validate_rejects_malformed_tables(good_table, edit, message):
@@ -227,6 +241,14 @@ def test_train_rows_may_lack_an_estimate_but_not_everywhere(good_table):
     with pytest.raises(ResultsError, match="empty in every train row"):
         validate_table(t, tasks)
     assert math.isnan(float(t.loc[first_train, "return"]))
+
+
+def test_eval_csv_without_policy_columns_is_rejected(results_copy: Path):
+    # The pre-protocol layout (episode, return, length, cost_*): the reader has no fallback.
+    path = run_path(results_copy) / "eval.csv"
+    _rewrite_csv(path, lambda df: df.drop(columns=["policy", "reset_seed"]))
+    with pytest.raises(ResultsError, match=r"eval\.csv: missing column\(s\) \['policy', 'reset_seed'\]"):
+        load_results(results_copy)
 
 
 def test_load_results_keeps_an_agents_extra_columns(toy_results: Path) -> None:

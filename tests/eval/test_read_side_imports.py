@@ -19,9 +19,17 @@ def _heavy_after_import(module: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", ["leaderboard", "loader", "metrics", "stability", "stats"])
+@pytest.mark.parametrize("name", ["leaderboard", "loader", "metrics", "plots", "stability", "stats"])
 def test_read_side_imports_no_trainer(name: str) -> None:
     assert _heavy_after_import(f"constrained_grpo.eval.{name}") == []
+
+
+def test_read_side_takes_task_metadata_from_the_schema_module() -> None:
+    # Not from the runner (which builds agents): the schema module is the one source.
+    code = ("import json, sys, constrained_grpo.eval.leaderboard, constrained_grpo.eval.plots; "
+            "print(json.dumps([m for m in ('constrained_grpo.schema', 'constrained_grpo.eval.runner') if m in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["constrained_grpo.schema"]
 
 
 def test_probe_sees_a_trainer_import() -> None:

@@ -49,7 +49,7 @@ def run_rows(algo: str, seed: int, *, ret: float, hazard: float, train_hazard: f
         h = hazard if policy == "sampled" or greedy_hazard is None else greedy_hazard
         for i in range(N_EVAL):
             rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval", "policy": policy,
-                         "iteration": i, "reset_seed": first_seed + i, "env_steps": steps, "wall_s": np.nan,
+                         "iteration": iters - 1, "episode": i, "reset_seed": first_seed + i, "env_steps": steps, "wall_s": np.nan,
                          "return": r, "length": 5.0, "cost_hazard": float(i < round(h * N_EVAL)),
                          "lambda_hazard": np.nan if lam is None else float(lam[-1])})
     return rows
