@@ -23,15 +23,14 @@ Two commands::
 episodes that share a reset seed, holds lambda_hazard fixed, sweeps lambda_fuel and
 writes the effective weights of both aggregators (``controlled.csv``, ``controlled.png``).
 
-``analyze`` reads runs of ``python -m constrained_grpo.agents.experiment --out RUNS_DIR``
-(``RUNS_DIR/<algo>/seed<k>/progress.csv`` and ``RUNS_DIR/summary.csv``) and writes one
-row of metrics per run (``coupling_runs.csv``), their mean over seeds with a 95%
-percentile-bootstrap interval per algorithm (``coupling_summary.csv``, ``coupling.md``)
-and figures of the multipliers, effective weights and costs.
+``analyze`` reads the runs of ``cgrpo bench --preset coupling --out RUNS_DIR`` through the
+long table (``eval.loader.load_results``) and writes one row of metrics per run
+(``coupling_runs.csv``), their mean over seeds with a 95% percentile-bootstrap interval per
+algorithm (``coupling_summary.csv``, ``coupling.md``) and figures of the multipliers,
+effective weights and costs.
 
-Tail: the last n = max(1, round(0.2 T)) of the T iterations, as in
-``constrained_grpo.agents.experiment.tail_summary``, so ``tail_return`` here equals the
-one in ``summary.csv``.
+Tail: the last max(1, ceil(0.2 T)) of the T iterations (``eval.metrics.tail_length``,
+the tail of every metric of the suite).
 """
 
 from __future__ import annotations
@@ -41,7 +40,7 @@ import math
 import shlex
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +54,7 @@ from scipy import stats as sps  # noqa: E402
 
 from constrained_grpo.agents.advantages import AdvantageSpec, effective_weights  # noqa: E402
 from constrained_grpo.constraints import Constraint  # noqa: E402
-from constrained_grpo.eval.metrics import second_half  # noqa: E402
+from constrained_grpo.eval.metrics import final_performance, fmean, second_half, tail_length  # noqa: E402
 from constrained_grpo.eval.stability import multiplier_stability  # noqa: E402
 from constrained_grpo.eval.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, stratified_bootstrap_ci  # noqa: E402
 from constrained_grpo.files import atomic_write_csv, atomic_write_text  # noqa: E402
@@ -65,9 +64,11 @@ __all__ = [
     "ENV_ID",
     "RunData",
     "analyze",
+    "bench_command",
     "collect_batch",
     "config_differences",
     "effective_weight_sweep",
+    "last_iterate_row",
     "load_runs",
     "main",
     "render_markdown",
@@ -75,7 +76,6 @@ __all__ = [
     "run_row",
     "summarize",
     "sweep_spans",
-    "tail_length",
     "transmission",
     "violation_rate",
     "weight_variability",
@@ -86,7 +86,7 @@ __all__ = [
 ENV_ID = "Grid/HazardFuel-v0"
 #: Algorithm name -> the aggregator it uses (the order of tables and legends).
 ALGOS: dict[str, str] = {"cgrpo": "scadv", "grpo-screw": "screw"}
-#: Tail fraction and tolerance of the acceptance criterion (agents/experiment.py).
+#: Tail fraction and tolerance of the acceptance criterion (``eval.metrics.tail_summary``).
 TAIL_FRAC = 0.2
 TOL = 0.1
 #: Default route mixture of the demo's scripted policy (route -> probability).
@@ -268,25 +268,17 @@ def run_demo(
 # ========================================================================= analyze
 
 
-def tail_length(num_iterations: int, frac: float = TAIL_FRAC) -> int:
-    """n = max(1, round(frac T)), the tail of ``agents.experiment.tail_summary``."""
-    return max(1, int(round(num_iterations * frac)))
-
-
 def _tail(x: np.ndarray, frac: float) -> np.ndarray:
     return x[-tail_length(len(x), frac):]
 
 
-def _nanmean(x: np.ndarray) -> float:
-    return float(np.nanmean(x)) if np.isfinite(x).any() else math.nan
-
-
 def violation_rate(costs: Sequence[float] | np.ndarray, limit: float, frac: float = TAIL_FRAC) -> float:
-    """Fraction of tail iterations whose mean episodic cost exceeds the limit:
-    (1/n) sum_{t in tail} [J_t > d] (iterations without an estimate, NaN, left out)."""
+    """Fraction of tail iterations (:func:`~constrained_grpo.eval.metrics.tail_length`) whose mean
+    episodic cost exceeds the limit: (1/n) sum_{t in tail} [J_t > d] (iterations without an
+    estimate, NaN, left out)."""
     t = _tail(np.asarray(costs, dtype=np.float64), frac)
     t = t[np.isfinite(t)]
-    return float(np.mean(t > limit)) if t.size else math.nan
+    return float(np.count_nonzero(t > limit) / t.size) if t.size else math.nan
 
 
 def _signal(w: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -304,14 +296,17 @@ def weight_variability(w: Sequence[float] | np.ndarray) -> float:
     """Population std of an effective weight over the second half of training (t >= floor(T/2)),
     over the iterations where it is nonzero (the component carried signal)."""
     x = _signal(w)
-    return float(x.std()) if x.size else math.nan
+    if not x.size:
+        return math.nan
+    mean = fmean(x)
+    return math.sqrt(fmean((x - mean) ** 2))
 
 
 def zero_weight_fraction(w: Sequence[float] | np.ndarray) -> float:
     """Fraction of second-half iterations whose effective weight is 0 (no group varied the component)."""
     x = second_half(np.asarray(w, dtype=np.float64))
     x = x[np.isfinite(x)]
-    return float(np.mean(x == 0)) if x.size else math.nan
+    return float(np.count_nonzero(x == 0) / x.size) if x.size else math.nan
 
 
 def transmission(w: Sequence[float] | np.ndarray, lam: Sequence[float] | np.ndarray, floor: float = 1e-3) -> float:
@@ -327,23 +322,24 @@ def transmission(w: Sequence[float] | np.ndarray, lam: Sequence[float] | np.ndar
         return math.nan
     w2, lam2 = second_half(w2), second_half(lam2)
     ok = np.isfinite(w2) & np.isfinite(lam2) & (lam2 > floor) & (w2 != 0)
-    return float(np.mean(w2[ok] / lam2[ok])) if ok.any() else math.nan
+    return fmean(w2[ok] / lam2[ok]) if ok.any() else math.nan
 
 
 @dataclass(frozen=True)
 class RunData:
-    """One run: its progress table and where it came from."""
+    """One run of the long table (``eval.loader``)."""
 
     algo: str
     seed: int
     progress: pd.DataFrame
+    """Its train rows (``iteration``, ``env_steps``, ``return``, ``cost_<k>``, ``lambda_<k>``, ``eff_w_<j>``)."""
+    evals: pd.DataFrame
+    """Its eval rows of the sampled policy (the final policy, actions sampled)."""
     env_id: str
     optimum: float | None
-    complete: bool
     config: Mapping[str, Any] = field(default_factory=dict)
-    """``config.json`` flattened to dotted keys (without algo and seed)."""
-    summary_row: Mapping[str, Any] = field(default_factory=dict)
-    """The run's row of ``summary.csv`` (empty if it has none)."""
+    """The resolved algorithm configuration (``config.json["algo"]["resolved"]`` without the
+    algorithm's name), flattened to dotted keys."""
 
 
 def run_row(
@@ -354,7 +350,8 @@ def run_row(
     frac: float = TAIL_FRAC,
     tol: float = TOL,
 ) -> dict[str, Any]:
-    """Metrics of one run (T iterations; tail = last n = max(1, round(frac T))).
+    """Metrics of one run's T train rows; tail = the last max(1, ceil(frac T)) iterations
+    (:func:`~constrained_grpo.eval.metrics.tail_length`, the suite's one tail rule).
 
     * ``tail_return`` = mean of R_t over the tail; ``return_gap`` = R* - tail_return,
       ``rel_return_gap`` = return_gap / |R*|;
@@ -363,38 +360,37 @@ def run_row(
       of lambda_k (``stability_k``, ``stability_class_k``, ``amplitude_k``, ``tv_k``,
       ``osc_k``, ``drift_k``, ``settling_k``, ``overshoot_k``);
     * ``within_limits`` = all_k tail_cost_k <= (1 + tol) d_k; ``return_ok`` =
-      tail_return >= R* - tol |R*|; ``passed`` = both (the criterion of agents/experiment.py);
+      tail_return >= R* - tol |R*|; ``passed`` = both (:func:`~constrained_grpo.eval.metrics.tail_summary`'s criterion);
     * per component j, over the second half: ``effw_mean_j`` and ``effw_std_j``
       (:func:`weight_variability`) of eff_w_j where it is nonzero, ``effw_zero_j``
       (:func:`zero_weight_fraction`); per constraint ``transmission_k`` (:func:`transmission`).
     """
-    p = progress.sort_values("iteration") if "iteration" in progress else progress
+    p = progress.sort_values("iteration")
     steps = p["env_steps"].to_numpy(dtype=np.float64)
-    ret = p["ep_return"].to_numpy(dtype=np.float64)
+    ret = p["return"].to_numpy(dtype=np.float64)
     row: dict[str, Any] = {"iterations": len(p), "env_steps": int(steps[-1]),
                            "tail_iterations": tail_length(len(p), frac)}
-    row["tail_return"] = _nanmean(_tail(ret, frac))
+    row["tail_return"] = final_performance(ret, frac)
     row["optimum"] = math.nan if optimum is None else float(optimum)
     row["return_gap"] = row["optimum"] - row["tail_return"]
     row["rel_return_gap"] = row["return_gap"] / abs(row["optimum"]) if optimum else math.nan
     within = True
     for c in constraints:
         cost = p[f"cost_{c.name}"].to_numpy(dtype=np.float64)
-        tail_cost = _nanmean(_tail(cost, frac))
+        tail_cost = final_performance(cost, frac)
         row[f"tail_cost_{c.name}"] = tail_cost
         row[f"viol_rate_{c.name}"] = violation_rate(cost, c.limit, frac)
-        violated = not tail_cost <= c.limit * (1.0 + tol)
-        within = within and not violated
+        within = within and tail_cost <= c.limit * (1.0 + tol)
         col = f"lambda_{c.name}"
         if col in p and p[col].notna().all():
             lam = p[col].to_numpy(dtype=np.float64)
-            row[f"tail_lambda_{c.name}"] = float(_tail(lam, frac).mean())
+            row[f"tail_lambda_{c.name}"] = final_performance(lam, frac)
             row[f"max_lambda_{c.name}"] = float(lam.max())
             ms = asdict(multiplier_stability(steps, lam, cost, c.limit))
             for name, value in ms.items():
                 short = {"score": "stability", "verdict": "stability_class", "oscillations": "osc"}.get(name, name)
                 row[f"{short}_{c.name}"] = value
-    row["within_limits"] = within
+    row["within_limits"] = bool(within)
     row["return_ok"] = bool(optimum is not None and row["tail_return"] >= optimum - tol * abs(optimum))
     row["passed"] = bool(within and row["return_ok"])
     for comp in ["reward", *(c.name for c in constraints)]:
@@ -402,7 +398,7 @@ def run_row(
         if col in p:
             w = p[col].to_numpy(dtype=np.float64)
             sig = _signal(w)
-            row[f"effw_mean_{comp}"] = float(sig.mean()) if sig.size else math.nan
+            row[f"effw_mean_{comp}"] = fmean(sig) if sig.size else math.nan
             row[f"effw_std_{comp}"] = weight_variability(w)
             row[f"effw_zero_{comp}"] = zero_weight_fraction(w)
     for c in constraints:
@@ -412,7 +408,7 @@ def run_row(
 
 
 def last_iterate_row(
-    summary_row: Mapping[str, Any],
+    evals: pd.DataFrame,
     constraints: Sequence[Constraint],
     optimum: float | None,
     *,
@@ -422,50 +418,22 @@ def last_iterate_row(
 
     The tail is an average over policy iterates; a Lagrangian method can meet its limits on
     that average while the last iterate, the policy a user deploys, violates them. From the
-    run's evaluation of its final policy (``eval_return``, ``eval_cost_k`` in summary.csv):
-    ``final_within_limits`` = all_k eval_cost_k <= (1 + tol) d_k, ``final_return_ok`` =
-    eval_return >= R* - tol |R*|, ``final_passed`` = both (NaN/False without an evaluation).
+    run's evaluation episodes i of its final policy (actions sampled): ``final_eval_return`` =
+    mean R_i, ``final_eval_cost_k`` = mean C_{k,i}; ``final_within_limits`` = all_k
+    final_eval_cost_k <= (1 + tol) d_k, ``final_return_ok`` = final_eval_return >= R* - tol |R*|,
+    ``final_passed`` = both (NaN/False without evaluation episodes).
     """
-    def num(key: str) -> float:
-        try:
-            v = float(summary_row.get(key, math.nan))
-        except (TypeError, ValueError):
-            return math.nan
-        return v
-
-    ret = num("eval_return")
+    ret = fmean(evals["return"]) if len(evals) else math.nan
     row: dict[str, Any] = {"final_eval_return": ret}
     within = math.isfinite(ret)
     for c in constraints:
-        cost = num(f"eval_cost_{c.name}")
+        cost = fmean(evals[f"cost_{c.name}"]) if len(evals) else math.nan
         row[f"final_eval_cost_{c.name}"] = cost
         within = within and cost <= c.limit * (1.0 + tol)
     row["final_within_limits"] = bool(within)
     row["final_return_ok"] = bool(optimum is not None and math.isfinite(ret) and ret >= optimum - tol * abs(optimum))
     row["final_passed"] = bool(within and row["final_return_ok"])
     return row
-
-
-def _task(env_id: str, config: Mapping[str, Any] | None) -> tuple[tuple[Constraint, ...], float | None]:
-    """The constraints (with the run's limit overrides) and exact optimum R* (None if overridden)."""
-    from constrained_grpo.tasks import make_env
-
-    cfg = dict((config or {}).get("config", {}))
-    env = make_env(env_id, **dict(cfg.get("env_kwargs") or {}))
-    try:
-        base = env.unwrapped
-        cons = tuple(base.constraints)
-        solver = getattr(base, "optimum", None)
-        opt = solver() if solver is not None else None
-    finally:
-        env.close()
-    limits = cfg.get("limits")
-    if limits is not None:
-        lim = dict(limits) if isinstance(limits, Mapping) else {c.name: v for c, v in zip(cons, limits)}
-        new = tuple(replace(c, limit=float(lim.get(c.name, c.limit))) for c in cons)
-        if new != cons:
-            return new, None
-    return cons, (float(opt.constrained_return) if opt is not None else None)
 
 
 def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -478,75 +446,34 @@ def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def load_runs(
-    runs_dirs: str | Path | Sequence[str | Path], *, include_incomplete: bool = False
-) -> tuple[list[RunData], tuple[Constraint, ...]]:
-    """The runs under each ``runs_dir/<algo>/seed<k>/progress.csv`` and the task's constraints.
+def load_runs(root: str | Path, *, allow_incomplete: bool = False) -> tuple[list[RunData], tuple[Constraint, ...]]:
+    """The runs of ``cgrpo bench --out ROOT`` (the long table of :func:`~constrained_grpo.eval.loader.load_results`)
+    and their task's constraints. One task per analysis: several tasks (or one task with
+    different limits, which the loader refuses) are an error naming them."""
+    from constrained_grpo.eval import storage
+    from constrained_grpo.eval.loader import find_runs, load_results
 
-    Several directories (one experiment per algorithm, say) are merged; an (algo, seed)
-    found twice is an error. A run counts as complete when its directory's
-    ``summary.csv`` has its (algo, seed) row (the experiment writes it after the run's
-    last iteration); without a summary every run is taken as complete. Incomplete runs
-    are left out unless ``include_incomplete``. R* comes from summary.csv's ``optimum``
-    column, else from the env's exact solver.
-    """
-    import json
-
-    dirs = [Path(runs_dirs)] if isinstance(runs_dirs, (str, Path)) else [Path(d) for d in runs_dirs]
-    runs: list[RunData] = []
-    seen: dict[tuple[str, int], Path] = {}
-    constraints: tuple[Constraint, ...] | None = None
-    task_cache: dict[str, tuple[tuple[Constraint, ...], float | None]] = {}
-    any_summary = False
-    for runs_dir in dirs:
-        summary_path = runs_dir / "summary.csv"
-        summary = pd.read_csv(summary_path) if summary_path.exists() else None
-        any_summary = any_summary or summary is not None
-        done: dict[tuple[str, int], Mapping[str, Any]] = {}
-        if summary is not None:
-            done = {(str(r["algo"]), int(r["seed"])): r for r in summary.to_dict("records")}
-        for path in sorted(runs_dir.glob("*/seed*/progress.csv")):
-            algo = path.parent.parent.name
-            try:
-                seed = int(path.parent.name.removeprefix("seed"))
-            except ValueError:
-                continue
-            complete = summary is None or (algo, seed) in done
-            if not complete and not include_incomplete:
-                continue
-            if (algo, seed) in seen:
-                raise ValueError(f"run {algo} seed {seed} is both in {seen[(algo, seed)]} and in {path.parent}; "
-                                 "pass run directories that do not overlap")
-            seen[(algo, seed)] = path.parent
-            cfg_path = path.parent / "config.json"
-            config = json.loads(cfg_path.read_text()) if cfg_path.exists() else {}
-            srow = done.get((algo, seed), {})
-            env_id = str(srow.get("env_id") or config.get("env_id") or ENV_ID)
-            cfg = config.get("config", {})
-            key = json.dumps([env_id, cfg.get("env_kwargs"), cfg.get("limits")], sort_keys=True, default=str)
-            if key not in task_cache:
-                task_cache[key] = _task(env_id, config)
-            cons, opt = task_cache[key]
-            if constraints is None:
-                constraints = cons
-            elif cons != constraints:
-                raise ValueError(f"{path}: constraints {cons} differ from the other runs' {constraints}; "
-                                 "analyze one task and one set of limits at a time")
-            s_opt = srow.get("optimum")
-            if s_opt is not None and not (isinstance(s_opt, float) and math.isnan(s_opt)):
-                opt = float(s_opt)
-            progress = pd.read_csv(path)
-            if progress.empty:
-                continue
-            flat = _flat({k: v for k, v in config.items() if k not in ("algo", "seed")})
-            runs.append(RunData(algo, seed, progress, env_id, opt, complete, flat, dict(srow)))
-    if not runs or constraints is None:
-        where = ", ".join(str(d) for d in dirs)
-        raise FileNotFoundError(f"no runs under {where} (expected RUNS_DIR/<algo>/seed<k>/progress.csv"
-                                f"{' listed in summary.csv' if any_summary else ''}); "
-                                "write them with `python -m constrained_grpo.agents.experiment --out RUNS_DIR`"
-                                + ("" if include_incomplete else " or pass --include-incomplete"))
-    return runs, constraints
+    results = load_results(root, allow_incomplete=allow_incomplete)
+    if len(results.tasks) != 1:
+        raise ValueError(f"runs under {root} span the tasks {sorted(results.tasks)}; analyze one task at a time "
+                         f"(`cgrpo bench --preset coupling --out DIR` writes one)")
+    meta = next(iter(results.tasks.values()))
+    configs: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in find_runs(root):
+        cfg = storage.read_json(path / storage.CONFIG_FILE)
+        run, algo = cfg.get("run", {}), cfg.get("algo", {})
+        resolved = {k: v for k, v in (algo.get("resolved") or {}).items() if k != "algo"}  # the name differs by design
+        configs[(str(run.get("algo")), int(run.get("seed", -1)))] = _flat(resolved)
+    table = results.table
+    runs = []
+    for (algo, seed), g in table.groupby(["algo", "seed"], sort=True):
+        train = g[g["kind"] == "train"].sort_values("iteration").reset_index(drop=True)
+        ev = g[g["kind"] == "eval"]
+        if "policy" in ev:
+            ev = ev[ev["policy"] == "sampled"]
+        runs.append(RunData(str(algo), int(seed), train, ev.reset_index(drop=True), meta.task, meta.optimum_return,
+                            configs.get((str(algo), int(seed)), {})))
+    return runs, tuple(meta.constraints)
 
 
 def config_differences(runs: Sequence[RunData]) -> dict[str, dict[str, list[Any]]]:
@@ -576,7 +503,7 @@ def summarize(runs: pd.DataFrame, metrics: Sequence[str] | None = None, *, level
     0/1 (the mean is a fraction of seeds); NaN values are left out of n.
     Columns: ``algo, metric, mean, ci_low, ci_high, n``.
     """
-    skip = {"algo", "seed", "env_id", "complete"}
+    skip = {"algo", "seed", "env_id"}
     if metrics is None:
         metrics = [c for c in runs.columns if c not in skip
                    and (pd.api.types.is_numeric_dtype(runs[c]) or pd.api.types.is_bool_dtype(runs[c]))]
@@ -600,7 +527,7 @@ def summarize(runs: pd.DataFrame, metrics: Sequence[str] | None = None, *, level
 def _key_metrics(constraints: Sequence[Constraint]) -> list[tuple[str, str]]:
     """(metric, description) rows of the Markdown table."""
     names = [c.name for c in constraints]
-    rows = [("tail_return", "tail return (last 20% of iterations)"),
+    rows = [("tail_return", "tail return (last 20% of iterations, rounded up)"),
             ("return_gap", "gap to R* (R* - tail return)"),
             ("passed", "fraction of seeds meeting the criterion (average iterate: training tail)"),
             ("final_passed", "fraction of seeds meeting the criterion (last iterate: final policy, sampled)"),
@@ -643,7 +570,7 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
         f"Limits {lim}; exact constrained optimum R* = {_fmt(optimum) if optimum is not None else '–'}. {counts}.",
         "Mean over seeds [95% percentile-bootstrap interval of the mean: 2000 resamples of the seeds, "
         "generator seed 0, `constrained_grpo.eval.stats.stratified_bootstrap_ci` with one stratum]. "
-        "Tail = last 20% of iterations; criterion = every tail cost ≤ 1.1·limit and tail return ≥ 0.9·R*. "
+        "Tail = last ⌈0.2·T⌉ of the T iterations (`eval.metrics.tail_length`); criterion = every tail cost ≤ 1.1·limit and tail return ≥ 0.9·R*. "
         "The criterion is scored twice: on the average iterate (the training tail, an average over policies) and "
         "on the last iterate (the final policy, evaluated on sampled episodes): a Lagrangian method can meet its "
         "limits on average while its final policy violates them. "
@@ -664,7 +591,7 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
             continue
         lines.append(f"| {desc} | " + " | ".join(cells) + " |")
     if config_diffs:
-        lines += ["", "Config values that differ between runs (`config.json`):", ""]
+        lines += ["", "Config values that differ between runs (`config.json`, the resolved configuration `algo.resolved`):", ""]
         lines += [f"- `{k}`: " + "; ".join(f"`{a}` {', '.join(vals)}" for a, vals in v.items())
                   for k, v in config_diffs.items()]
     lines += ["", "Every metric of every run is in `coupling_runs.csv`, and per algorithm in `coupling_summary.csv`.",
@@ -770,7 +697,7 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
 
     fig, axes = plt.subplots(1, 1 + len(names), figsize=(4.6 * (1 + len(names)), 3.6), squeeze=False)
     ax = axes[0, 0]
-    _panel(ax, by_algo, "ep_return", colors, smooth=SMOOTH)
+    _panel(ax, by_algo, "return", colors, smooth=SMOOTH)
     if optimum is not None:
         ax.axhline(optimum, color="k", ls="--", lw=1, label=f"R* = {optimum:.4f}")
         ax.axhspan(optimum * (1 - TOL), optimum, color="k", alpha=0.06, lw=0)
@@ -790,39 +717,29 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
 
 
 def analyze(
-    runs_dir: str | Path | Sequence[str | Path],
+    runs_dir: str | Path,
     out: str | Path,
     *,
-    include_incomplete: bool = False,
+    allow_incomplete: bool = False,
     command: str | None = None,
     verbose: bool = True,
 ) -> tuple[list[Path], pd.DataFrame, pd.DataFrame]:
-    """Per-run metrics, their per-algorithm summary, Markdown table and figures under ``out``.
-
-    Returns (paths, runs table, summary table).
-    """
+    """Per-run metrics, their per-algorithm summary, Markdown table and figures under ``out``,
+    from the runs of ``cgrpo bench --out RUNS_DIR``. Returns (paths, runs table, summary table)."""
     out = Path(out)
-    runs, constraints = load_runs(runs_dir, include_incomplete=include_incomplete)
-    rows = []
-    for r in runs:
-        row = {"algo": r.algo, "seed": r.seed, "env_id": r.env_id, "complete": r.complete,
-               **run_row(r.progress, constraints, r.optimum),
-               **last_iterate_row(r.summary_row, constraints, r.optimum)}
-        if "passed" in r.summary_row and str(r.summary_row["passed"]) != str(row["passed"]) and verbose:
-            print(f"warning: {r.algo} seed {r.seed}: passed={row['passed']} here but {r.summary_row['passed']} "
-                  "in summary.csv (a different tail or criterion?)")
-        rows.append(row)
+    runs, constraints = load_runs(runs_dir, allow_incomplete=allow_incomplete)
+    rows = [{"algo": r.algo, "seed": r.seed, "env_id": r.env_id,
+             **run_row(r.progress, constraints, r.optimum), **last_iterate_row(r.evals, constraints, r.optimum)}
+            for r in runs]
     table = pd.DataFrame(rows)
     order = {a: i for i, a in enumerate(_algo_order(list(table["algo"].unique())))}
     rank = np.lexsort((table["seed"].to_numpy(), table["algo"].map(order).to_numpy()))
     table = table.iloc[rank].reset_index(drop=True)
     summary = summarize(table)
-    optima = [r.optimum for r in runs if r.optimum is not None]
-    optimum = optima[0] if optima and np.allclose(optima, optima[0], rtol=1e-9) else None
+    optimum = runs[0].optimum
     if command is None:
-        dirs = [runs_dir] if isinstance(runs_dir, (str, Path)) else list(runs_dir)
-        command = ("python -m constrained_grpo.eval.coupling analyze "
-                   + " ".join(shlex.quote(str(d)) for d in dirs) + f" --out {shlex.quote(str(out))}")
+        command = "python -m constrained_grpo.eval.coupling analyze " + shlex.join([str(runs_dir), "--out", str(out)])
+    command = f"{bench_command(runs_dir)}\n{command}"
     paths = [out / "coupling_runs.csv", out / "coupling_summary.csv", out / "coupling.md"]
     atomic_write_csv(paths[0], table.to_dict("records"))
     atomic_write_csv(paths[1], summary.to_dict("records"))
@@ -869,6 +786,12 @@ def _print_headline(table: pd.DataFrame, summary: pd.DataFrame, constraints: Seq
 # ============================================================================== CLI
 
 
+def bench_command(runs_dir: str | Path) -> str:
+    """The command that writes the runs ``analyze`` reads (agents not saved: the tables and
+    figures need the logs only)."""
+    return shlex.join(["cgrpo", "bench", "--preset", "coupling", "--out", str(runs_dir), "--no-save"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.coupling",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -883,11 +806,10 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--epsilon", type=float, default=0.1, help="probability of a random action per step")
     d.add_argument("--seed", type=int, default=0)
     a = sub.add_parser("analyze", help="metrics, tables and figures of the cgrpo / grpo-screw runs")
-    a.add_argument("runs_dir", type=Path, nargs="+",
-                   help="--out of python -m constrained_grpo.agents.experiment (several are merged)")
+    a.add_argument("runs_dir", type=Path, help="the --out of `cgrpo bench --preset coupling`")
     a.add_argument("--out", type=Path, required=True)
-    a.add_argument("--include-incomplete", action="store_true",
-                   help="also use runs that summary.csv does not list yet (still training)")
+    a.add_argument("--allow-incomplete", action="store_true",
+                   help="also use runs that have not finished yet (no done.json)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         if args.groups < 1 or args.group_size < 2 or args.points < 2:
@@ -896,12 +818,17 @@ def main(argv: list[str] | None = None) -> int:
         run_demo(args.out, num_groups=args.groups, group_size=args.group_size, lambda_hazard=args.lambda_hazard,
                  lambda_fuel_max=args.lambda_fuel_max, points=args.points, seed=args.seed, epsilon=args.epsilon)
         return 0
-    missing = [str(d) for d in args.runs_dir if not d.is_dir()]
-    if missing:
-        parser.error(f"RUNS_DIR {missing} is not a directory; pass the --out of "
-                     "python -m constrained_grpo.agents.experiment")
-    command = "python -m constrained_grpo.eval.coupling " + " ".join(shlex.quote(x) for x in (argv or sys.argv[1:]))
-    analyze(args.runs_dir, args.out, include_incomplete=args.include_incomplete, command=command)
+    if not args.runs_dir.is_dir():
+        parser.error(f"RUNS_DIR {str(args.runs_dir)!r} is not a directory; write it with "
+                     f"`cgrpo bench --preset coupling --out {args.runs_dir}`")
+    from constrained_grpo.eval.loader import ResultsError
+
+    argv_used = list(sys.argv[1:] if argv is None else argv)
+    command = "python -m constrained_grpo.eval.coupling " + shlex.join(argv_used)
+    try:
+        analyze(args.runs_dir, args.out, allow_incomplete=args.allow_incomplete, command=command)
+    except (ResultsError, ValueError) as err:
+        parser.exit(2, f"error: {err}\n")
     return 0
 
 

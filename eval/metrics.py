@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from constrained_grpo.eval.runner import TaskMeta
+from constrained_grpo.schema import TaskMeta
 from constrained_grpo.eval.stability import limit_scale
 
 __all__ = [
@@ -35,6 +37,11 @@ __all__ = [
     "run_metrics",
     "second_half",
     "settling_time",
+    "tail_length",
+    "TailSummary",
+    "tail_summary",
+    "first_time_criterion_met",
+    "optimum_return",
 ]
 
 def fmean(x: Sequence[float] | np.ndarray) -> float:
@@ -56,6 +63,12 @@ def _arr(x: Sequence[float] | np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------------------- return
 
 
+def tail_length(num_iterations: int, frac: float = 0.2) -> int:
+    """The suite's one tail rule: the last m = max(1, ceil(frac T)) of T iterations."""
+    return max(1, math.ceil(frac * num_iterations))
+
+
+
 def final_performance(values: Sequence[float] | np.ndarray, frac: float = 0.2) -> float:
     """Mean over the last ``frac`` of the iterations.
 
@@ -63,7 +76,7 @@ def final_performance(values: Sequence[float] | np.ndarray, frac: float = 0.2) -
     (iterations without a finished episode) are left out of the mean.
     """
     x = _arr(values)
-    m = max(1, math.ceil(frac * len(x)))
+    m = tail_length(len(x), frac)
     # Iterations that finished no episode carry NaN (no estimate): leave them out.
     return fmean(x[-m:])
 
@@ -347,3 +360,73 @@ def run_metrics(
             row["lambda_dist"] = math.nan
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ acceptance criterion
+
+
+@dataclass(frozen=True)
+class TailSummary:
+    """Means over the tail (:func:`tail_length`) of a run's iteration records, and the verdict."""
+
+    ep_return: float
+    ep_cost: tuple[float, ...]
+    multipliers: tuple[float, ...]
+    within_limits: bool
+    return_ok: bool | None
+    passed: bool
+    num_iterations: int
+
+
+def tail_summary(
+    records: Sequence[Mapping[str, Any]],
+    limits: Sequence[float],
+    optimum: float | None,
+    tail: float = 0.2,
+    tol: float = 0.1,
+) -> TailSummary:
+    """The acceptance criterion on the last m = max(1, ceil(tail T)) records (agent log records
+    with ``ep_return``, ``ep_cost[k]``, ``multipliers[k]``):
+
+    within_limits = all_k mean J_k <= d_k (1 + tol); return_ok = mean R >= R* - tol |R*|
+    (None without R*); passed = both. Means are exact sums (:func:`fmean`).
+    """
+    if not records:
+        raise ValueError("no iterations to summarize; pass at least one record")
+    last = records[-tail_length(len(records), tail):]
+    ret = fmean([r["ep_return"] for r in last])
+    costs = [fmean([r["ep_cost"][k] for r in last]) for k in range(len(limits))]
+    mult = [fmean([r["multipliers"][k] for r in last]) for k in range(len(last[0]["multipliers"] or ()))]
+    within = all(c <= float(d) * (1.0 + tol) for c, d in zip(costs, limits))
+    return_ok = None if optimum is None else bool(ret >= optimum - tol * abs(optimum))
+    return TailSummary(ret, tuple(costs), tuple(mult), within, return_ok, within and bool(return_ok), len(records))
+
+
+def first_time_criterion_met(
+    records: Sequence[Mapping[str, Any]],
+    limits: Sequence[float],
+    optimum: float,
+    window: int = 20,
+    tol: float = 0.1,
+) -> dict[str, Any] | None:
+    """The first iteration t whose window of the last ``window`` records (t-window+1..t)
+    meets :func:`tail_summary`'s criterion: ``{"iteration", "env_steps", "wall_s"}`` of
+    record t, or None if no window does."""
+    for end in range(window, len(records) + 1):
+        if tail_summary(records[end - window:end], limits, optimum, tail=1.0, tol=tol).passed:
+            r = records[end - 1]
+            return {"iteration": r["iteration"], "env_steps": r["env_steps"], "wall_s": r["wall_s"]}
+    return None
+
+
+def optimum_return(agent: Any) -> float | None:
+    """R* of the agent's task under the agent's limits (``env.optimum()``), or None when the
+    task has no exact solver or the agent's limits differ from the solver's."""
+    env = agent.adapter.env
+    solver = getattr(env, "optimum", None) or getattr(getattr(env, "unwrapped", None), "optimum", None)
+    if solver is None:
+        return None
+    opt = solver()
+    if tuple(float(v) for v in opt.limits) != tuple(float(v) for v in agent.adapter.limits):
+        return None
+    return float(opt.constrained_return)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.agents.experiment import first_time_criterion_met, optimum_return
+from constrained_grpo.eval.metrics import first_time_criterion_met, optimum_return
 from constrained_grpo.eval.speed import write_rows
 from constrained_grpo.registry import make_agent
 

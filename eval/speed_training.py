@@ -117,7 +117,7 @@ def child_criterion(
     ``chunk`` env steps until the criterion holds or ``cap`` env steps are trained."""
     import torch
 
-    from constrained_grpo.agents.experiment import first_time_criterion_met
+    from constrained_grpo.eval.metrics import first_time_criterion_met
     from constrained_grpo.tasks import make_env
 
     torch.set_num_threads(1)

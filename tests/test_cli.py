@@ -246,6 +246,14 @@ def test_train_and_bench_resolve_one_configuration_and_record_it(capsys, tmp_pat
     preset = resolve("standard", tasks=[TASK], algos=["cgrpo"], seeds=1, steps=300, eval_episodes=2)
     bench_config = {**dict(preset.config.get("cgrpo", {})), **overrides}
     assert resolve_config("cgrpo", TASK, **bench_config) == recorded
+    # ... and `cgrpo bench` itself, run with the same overrides, records the same configuration.
+    code, err = run_main(capsys, "bench", "--preset", "standard", "--tasks", TASK, "--algos", "cgrpo", "--seeds", "1",
+                         "--steps", "300", "--eval-episodes", "2", "--workers", "1", "--no-save", "--no-progress",
+                         "--out", str(tmp_path / "b"), "--config.cgrpo.lr", "0.02",
+                         "--config.cgrpo.multiplier", '{"lr": 0.3}')
+    assert code == 0, err[-2000:]
+    benched = json.loads(next((tmp_path / "b").rglob("config.json")).read_text())["algo"]["resolved"]
+    assert benched == recorded
     code = run_main(capsys, "algos", "cgrpo", "--task", TASK)[0]
     assert code == 0
 

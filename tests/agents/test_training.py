@@ -1,10 +1,8 @@
-"""Short training runs: learning happens; the experiment and benchmark helpers work end to end."""
+"""Short training runs: learning happens; the acceptance criterion (``eval.metrics``) and the
+benchmark helpers work end to end."""
 
 from __future__ import annotations
 
-import csv
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 
 import constrained_grpo
-from constrained_grpo.agents.experiment import first_time_criterion_met, flatten_record, tail_summary
+from constrained_grpo.eval.metrics import first_time_criterion_met, optimum_return, tail_summary
 
 TINY = "Grid/HazardFuel3x3-v0"  # optimum 1.2; hazard limit 0.2, fuel 4.4
 
@@ -64,30 +62,25 @@ def test_first_time_criterion_met() -> None:
     assert first_time_criterion_met(records_from(rows[:5]), [0.1, 12.0], 1.1333, window=3) is None
 
 
-def test_flatten_record() -> None:
-    row = flatten_record(records_from([(1.0, 0.1, 9.0)])[0], ["hazard", "fuel"])
-    assert row["cost_hazard"] == 0.1 and row["lambda_fuel"] == 0.2
-    assert "ep_cost" not in row
+def test_tail_is_rounded_up() -> None:
+    """The tail of 7 iterations is ceil(1.4) = 2 of them (the one tail rule of eval.metrics):
+    returns (1.0, 1.1) average 1.05 >= 0.9 R*; the last iteration alone would pass too, but
+    the one before it (hazard 0.3) breaks the limit on average: (0.3 + 0.0) / 2 > 0.11."""
+    rows = [(0.5, 0.9, 30.0)] * 5 + [(1.0, 0.3, 12.0), (1.1, 0.0, 12.0)]
+    s = tail_summary(records_from(rows), [0.1, 12.0], 1.1333)
+    assert s.ep_return == pytest.approx(1.05) and s.ep_cost == pytest.approx((0.15, 12.0))
+    assert s.multipliers == pytest.approx((0.1, 0.2)) and s.num_iterations == 7
+    assert not s.within_limits and not s.passed
+    with pytest.raises(ValueError, match="no iterations"):
+        tail_summary([], [0.1, 12.0], 1.1333)
 
 
-def test_experiment_cli_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "exp"
-    proc = subprocess.run(
-        [sys.executable, "-m", "constrained_grpo.agents.experiment", "--algos", "cgrpo", "grpo-screw",
-         "--env", TINY, "--seeds", "0", "--steps", "300", "--out", str(out), "--quiet",
-         "--config", '{"preset": "quick"}'],
-        capture_output=True, text=True, timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "cgrpo: passed" in proc.stdout
-    for algo in ("cgrpo", "grpo-screw"):
-        run = out / algo / "seed0"
-        assert (run / "config.json").exists() and (run / "model" / "model.safetensors").exists()
-        with (run / "progress.csv").open() as fh:
-            rows = list(csv.DictReader(fh))
-        assert rows and {"env_steps", "ep_return", "cost_hazard", "lambda_fuel", "eff_w_reward"} <= set(rows[0])
-    with (out / "summary.csv").open() as fh:
-        assert len(list(csv.DictReader(fh))) == 2
+def test_optimum_return_of_an_agent() -> None:
+    """R* of the 3x3 grid under its own limits is 1.2; under other limits there is no exact reference."""
+    agent = constrained_grpo.make_agent("cgrpo", TINY, seed=0, preset="quick")
+    assert optimum_return(agent) == pytest.approx(1.2)
+    other = constrained_grpo.make_agent("cgrpo", TINY, seed=0, preset="quick", limits=[0.5, 4.4])
+    assert optimum_return(other) is None
 
 
 def test_speed_benchmark_smoke(tmp_path: Path) -> None:

@@ -198,25 +198,3 @@ def test_trainer_needs_no_math_code():
     trainer = GRPOTrainer(cfg, adapter, model)
     record = trainer.step()
     assert record["env_steps"] == 6 and len(record["ep_cost"]) == 3
-
-
-def test_text_experiment_cli_smoke(tmp_path):
-    import subprocess
-    import sys
-
-    lm = json.dumps({**TINY, "sft_steps": 5, "sft_batch_size": 8, "sft_examples": 50})
-    base = [sys.executable, "-m", "constrained_grpo.agents.text_experiment"]
-    common = ["--env", "Math/ChainSum-v0", "--seeds", "0", "--out", str(tmp_path), "--eval-episodes", "4", "--quiet"]
-    # The warm start runs in-process (torch's import alone costs seconds per subprocess);
-    # the run command goes through a real subprocess, as a user would call it.
-    from constrained_grpo.agents.text_experiment import main
-
-    assert main(["warmstart", *common, "--lm", lm]) == 0
-    warm = json.loads((tmp_path / "warm" / "seed0" / "eval.json").read_text())
-    assert 0.0 <= warm["sampled_accuracy"] <= 1.0 and "greedy_cost_format" in warm
-    out = subprocess.run([*base, "run", *common, "--algos", "cgrpo", "--steps", "16", "--config", '{"preset": "quick"}'],
-                         check=True, capture_output=True, text=True, timeout=120)
-    assert "cgrpo: passed" in out.stdout
-    run = tmp_path / "cgrpo" / "seed0"
-    assert {"config.json", "progress.csv", "eval.csv", "model"} <= {p.name for p in run.iterdir()}
-    assert (tmp_path / "summary.csv").read_text().startswith("algo,")

@@ -1,8 +1,9 @@
 """Tests of ``constrained_grpo.eval.coupling``: the controlled demo and the run analysis.
 
-The analysis is checked on synthetic run directories (2 algorithms x 3 seeds, T = 10
-iterations, so the tail is the last round(0.2 * 10) = 2 iterations and the second half
-is iterations 5..9) whose metrics are worked out by hand below.
+The analysis is checked on synthetic harness run directories (the layout ``cgrpo bench``
+writes: 2 algorithms x 3 seeds, T = 10 iterations, so the tail is the last
+ceil(0.2 * 10) = 2 iterations and the second half is iterations 5..9) whose metrics are
+worked out by hand below.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from constrained_grpo.agents.experiment import tail_summary
 from constrained_grpo.eval import coupling
+from constrained_grpo.eval import storage
+from constrained_grpo.schema import CONFIG_SCHEMA
+from constrained_grpo.eval.metrics import tail_length, tail_summary
 from constrained_grpo.eval.stats import stratified_bootstrap_ci
 
 R_STAR = 1.1333333333333337  # Grid/HazardFuel-v0, limits hazard 0.1, fuel 12
@@ -113,47 +116,71 @@ def _progress(algo: str, seed: int) -> pd.DataFrame:
         w_r = np.array([0.5] * 5 + [0.2, 0.4, 0.2, 0.4, 0.2])
     lag = lambda v: np.concatenate([[0.0], v[:-1]])  # noqa: E731  eff_w_t uses lambda_{t-1}
     return pd.DataFrame({
-        "iteration": t, "env_steps": 100 * t, "ep_return": ret, "cost_hazard": haz, "cost_fuel": fuel,
-        "lambda_hazard": lam_h, "lambda_fuel": lam_f, "eff_w_reward": w_r,
+        "iteration": t - 1, "env_steps": 100 * t, "wall_s": 0.1 * t, "return": ret, "cost_hazard": haz,
+        "cost_fuel": fuel, "lambda_hazard": lam_h, "lambda_fuel": lam_f, "eff_w_reward": w_r,
         "eff_w_hazard": scale * lag(lam_h), "eff_w_fuel": scale * lag(lam_f),
     })
 
 
-def _write_runs(root: Path, algos: tuple[str, ...] = ("cgrpo", "grpo-screw")) -> Path:
-    """``root/<algo>/seed<k>/{progress.csv, config.json}`` for 3 seeds, and ``root/summary.csv``."""
-    rows = []
-    for algo in algos:
-        for seed in range(3):
-            d = root / algo / f"seed{seed}"
-            d.mkdir(parents=True)
-            _progress(algo, seed).to_csv(d / "progress.csv", index=False)
-            agg = coupling.ALGOS[algo]
-            (d / "config.json").write_text(json.dumps(
-                {"algo": algo, "env_id": coupling.ENV_ID, "seed": seed, "config": {"aggregator": agg, "lr": 0.01}}))
-            rows.append({"algo": algo, "env_id": coupling.ENV_ID, "seed": seed, "optimum": R_STAR})
-    pd.DataFrame(rows).to_csv(root / "summary.csv", index=False)
-    return root
+def _evals(algo: str) -> pd.DataFrame:
+    """4 sampled and 4 deterministic evaluation episodes. Sampled: cgrpo R = 1.0, 1.2, 1.1, 1.1
+    (mean 1.1 >= 0.9 R*), hazard 0, 0, 0, 0.4 (mean 0.1), fuel 12; grpo-screw R = 0.9 (< 0.9 R*).
+    The deterministic episodes (R = 0, hazard 1) must not enter the last-iterate metrics."""
+    sampled = [1.0, 1.2, 1.1, 1.1] if algo == "cgrpo" else [0.9] * 4
+    haz = [0.0, 0.0, 0.0, 0.4] if algo == "cgrpo" else [0.0] * 4
+    rows = [{"episode": i, "policy": "sampled", "reset_seed": 1000 + i, "return": r, "length": 12,
+             "cost_hazard": h, "cost_fuel": 12.0} for i, (r, h) in enumerate(zip(sampled, haz))]
+    rows += [{"episode": i, "policy": "deterministic", "reset_seed": 1000 + i, "return": 0.0, "length": 30,
+              "cost_hazard": 1.0, "cost_fuel": 30.0} for i in range(4)]
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture(scope="module")
+def grid_meta():
+    from constrained_grpo.eval.runner import task_meta
+
+    return task_meta(coupling.ENV_ID)
+
+
+def _write_run(root: Path, meta, algo: str, seed: int, progress: pd.DataFrame, *, done: bool = True) -> None:
+    """One run directory as ``cgrpo bench`` lays it out (``<task>/<algo>/seed_<k>``)."""
+    d = storage.run_dir(root, coupling.ENV_ID, algo, seed)
+    d.mkdir(parents=True)
+    progress.to_csv(d / storage.PROGRESS_FILE, index=False)
+    evals = _evals(algo)
+    evals.to_csv(d / storage.EVAL_FILE, index=False)
+    run = {"task": coupling.ENV_ID, "algo": algo, "seed": seed, "steps": 1000, "eval_episodes": 4, "config": {}}
+    resolved = {"algo": algo, "kind": "control", "config": {"aggregator": coupling.ALGOS[algo], "lr": 0.01}}
+    config = {"schema": CONFIG_SCHEMA, "run": run, "task": meta.to_dict(), "algo": {"name": algo, "resolved": resolved}}
+    (d / storage.CONFIG_FILE).write_text(json.dumps(config))
+    if done:
+        (d / storage.DONE_FILE).write_text(json.dumps({"progress_rows": len(progress), "eval_rows": len(evals)}))
 
 
 @pytest.fixture()
-def runs_dir(tmp_path: Path) -> Path:
-    """2 algorithms x 3 finished seeds, plus one unfinished run (not in summary.csv)."""
-    root = _write_runs(tmp_path / "runs")
-    d = root / "grpo-screw" / "seed7"
-    d.mkdir(parents=True)
-    _progress("grpo-screw", 0).iloc[:4].to_csv(d / "progress.csv", index=False)
+def runs_dir(tmp_path: Path, grid_meta) -> Path:
+    """2 algorithms x 3 finished seeds."""
+    root = tmp_path / "runs"
+    for algo in ("cgrpo", "grpo-screw"):
+        for seed in range(3):
+            _write_run(root, grid_meta, algo, seed, _progress(algo, seed))
     return root
 
 
-def test_tail_matches_experiment() -> None:
-    """tail_return is the mean over the same tail as agents.experiment.tail_summary."""
-    for n in (1, 7, 10, 553):
+def test_tail_is_the_metrics_ceil_rule() -> None:
+    """tail_return is the mean over metrics' tail, ceil(0.2 T): 2 of 7 iterations and 3 of 12,
+    where the rounding rule the coupling analysis once had took 1 and 2."""
+    assert [tail_length(n) for n in (1, 2, 7, 10, 12, 553)] == [1, 1, 2, 2, 3, 111]
+    for n in (1, 7, 10, 12, 553):
         ret = np.arange(n, dtype=float) ** 1.5
         records = [{"ep_return": r, "ep_cost": [0.0], "multipliers": []} for r in ret]
-        expected = tail_summary(records, [1.0], None).ep_return
-        p = pd.DataFrame({"iteration": np.arange(n), "env_steps": np.arange(1, n + 1), "ep_return": ret})
+        m = max(1, math.ceil(0.2 * n))
+        expected = float(np.mean(ret[-m:]))
+        assert tail_summary(records, [1.0], None).ep_return == pytest.approx(expected)
+        p = pd.DataFrame({"iteration": np.arange(n), "env_steps": np.arange(1, n + 1), "return": ret})
         assert coupling.run_row(p, (), None)["tail_return"] == pytest.approx(expected)
-    assert coupling.tail_length(553) == 111 and coupling.tail_length(10) == 2 and coupling.tail_length(2) == 1
+    p = pd.DataFrame({"iteration": np.arange(7), "env_steps": np.arange(1, 8), "return": [0, 0, 0, 0, 0, 1.0, 3.0]})
+    assert coupling.run_row(p, (), None)["tail_return"] == 2.0  # (1 + 3) / 2, not 3
 
 
 def test_violation_rate_and_weight_helpers_by_hand() -> None:
@@ -172,6 +199,7 @@ def test_run_metrics_by_hand(runs_dir: Path) -> None:
     runs, cons = coupling.load_runs(runs_dir)
     assert [c.name for c in cons] == ["hazard", "fuel"] and [c.limit for c in cons] == [0.1, 12.0]
     assert sorted((r.algo, r.seed) for r in runs) == [(a, s) for a in ("cgrpo", "grpo-screw") for s in range(3)]
+    assert runs[0].optimum == pytest.approx(R_STAR)
     by = {(r.algo, r.seed): coupling.run_row(r.progress, cons, r.optimum) for r in runs}
 
     c1 = by[("cgrpo", 1)]
@@ -212,6 +240,17 @@ def test_run_metrics_by_hand(runs_dir: Path) -> None:
     assert s2["passed"] and s2["viol_rate_hazard"] == 0.0  # 0.1 does not exceed 0.1
 
 
+def test_last_iterate_uses_the_sampled_eval_rows(runs_dir: Path) -> None:
+    runs, cons = coupling.load_runs(runs_dir)
+    by = {(r.algo, r.seed): r for r in runs}
+    c = coupling.last_iterate_row(by[("cgrpo", 0)].evals, cons, R_STAR)
+    assert len(by[("cgrpo", 0)].evals) == 4 and set(by[("cgrpo", 0)].evals["policy"]) == {"sampled"}
+    assert c["final_eval_return"] == pytest.approx(1.1) and c["final_eval_cost_hazard"] == pytest.approx(0.1)
+    assert c["final_eval_cost_fuel"] == 12.0 and c["final_passed"]
+    s = coupling.last_iterate_row(by[("grpo-screw", 0)].evals, cons, R_STAR)
+    assert s["final_eval_return"] == pytest.approx(0.9) and s["final_within_limits"] and not s["final_passed"]
+
+
 def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     paths, table, summary = coupling.analyze(runs_dir, out, verbose=False)
@@ -232,8 +271,9 @@ def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> N
     assert (r["ci_low"], r["ci_high"]) == pytest.approx((lo, hi))
     assert 1.15 <= r["ci_low"] <= 1.16 <= r["ci_high"] <= 1.17
     assert s.loc[("cgrpo", "return_gap"), "mean"] == pytest.approx(R_STAR - 1.16)
-    assert s.loc[("cgrpo", "passed"), "mean"] == 1.0
+    assert s.loc[("cgrpo", "passed"), "mean"] == 1.0 and s.loc[("cgrpo", "final_passed"), "mean"] == 1.0
     assert s.loc[("grpo-screw", "passed"), "mean"] == pytest.approx(1 / 3)
+    assert s.loc[("grpo-screw", "final_passed"), "mean"] == 0.0
     assert s.loc[("grpo-screw", "viol_rate_hazard"), "mean"] == pytest.approx(2 / 3)  # 1, 1, 0
     assert s.loc[("grpo-screw", "viol_rate_fuel"), "mean"] == pytest.approx(0.5)
     # Identical seeds: the interval collapses onto the value.
@@ -244,30 +284,32 @@ def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> N
 
     md = (out / "coupling.md").read_text()
     assert "python -m constrained_grpo.eval.coupling analyze" in md and "| metric | `cgrpo` | `grpo-screw` |" in md
+    assert f"cgrpo bench --preset coupling --out {runs_dir} --no-save" in md
     assert "1.160 [" in md
-    assert "`config.aggregator`" in md
+    assert coupling.config_differences(coupling.load_runs(runs_dir)[0]) == {
+        "config.aggregator": {"cgrpo": ["'scadv'"], "grpo-screw": ["'screw'"]}}
+    assert "`config.aggregator`: `cgrpo` 'scadv'; `grpo-screw` 'screw'" in md
 
 
-def test_incomplete_runs(runs_dir: Path) -> None:
-    runs, _ = coupling.load_runs(runs_dir)
-    assert ("grpo-screw", 7) not in {(r.algo, r.seed) for r in runs}
-    runs, _ = coupling.load_runs(runs_dir, include_incomplete=True)
-    assert ("grpo-screw", 7) in {(r.algo, r.seed) for r in runs}
+def test_incomplete_runs(runs_dir: Path, grid_meta) -> None:
+    """A run without done.json (still training) is an error naming the flag, or left out with it."""
+    from constrained_grpo.eval.loader import ResultsError
 
-
-def test_several_run_dirs_merge(tmp_path: Path) -> None:
-    a = _write_runs(tmp_path / "a", ("cgrpo",))
-    b = _write_runs(tmp_path / "b", ("grpo-screw",))
-    runs, _ = coupling.load_runs([a, b])
-    assert sorted({(r.algo, r.seed) for r in runs}) == [(x, s) for x in ("cgrpo", "grpo-screw") for s in range(3)]
-    assert coupling.config_differences(runs) == {"config.aggregator": {"cgrpo": ["'scadv'"], "grpo-screw": ["'screw'"]}}
-    with pytest.raises(ValueError, match="both in"):
-        coupling.load_runs([a, a])
+    _write_run(runs_dir, grid_meta, "grpo-screw", 7, _progress("grpo-screw", 0).iloc[:4], done=False)
+    with pytest.raises(ResultsError, match="--allow-incomplete"):
+        coupling.load_runs(runs_dir)
+    runs, _ = coupling.load_runs(runs_dir, allow_incomplete=True)
+    assert ("grpo-screw", 7) not in {(r.algo, r.seed) for r in runs} and len(runs) == 6
 
 
 def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="constrained_grpo.agents.experiment"):
-        coupling.load_runs(tmp_path)
+    from constrained_grpo.eval.loader import ResultsError
+
+    with pytest.raises(ResultsError, match="cgrpo bench"):
+        coupling.load_runs(tmp_path / "missing")
+    r = subprocess.run([sys.executable, "-m", "constrained_grpo.eval.coupling", "analyze", str(tmp_path / "missing"),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "cgrpo bench --preset coupling" in r.stderr
 
 
 def test_cli_smoke(runs_dir: Path, tmp_path: Path) -> None:
@@ -285,3 +327,16 @@ def test_cli_smoke(runs_dir: Path, tmp_path: Path) -> None:
     )
     assert ana.returncode == 0, ana.stderr
     assert "passed 3/3" in ana.stdout and (tmp_path / "a" / "coupling.md").exists()
+
+
+def test_coupling_preset_is_the_committed_experiment() -> None:
+    """``cgrpo bench --preset coupling``: cgrpo and grpo-screw on HazardFuel, 10 seeds x 3M steps,
+    100 evaluation episodes, and the two resolved configurations differ in the aggregator only."""
+    from constrained_grpo.eval.presets import get_preset
+    from constrained_grpo.registry import resolve_config
+
+    runs = get_preset("coupling").runs(save_agent=False)
+    assert [(r.task, r.algo, r.seed, r.steps, r.eval_episodes) for r in runs] == [
+        (coupling.ENV_ID, a, s, 3_000_000, 100) for a in ("cgrpo", "grpo-screw") for s in range(10)]
+    a, b = (resolve_config(algo, coupling.ENV_ID, **runs[0].config) for algo in ("cgrpo", "grpo-screw"))
+    assert {k for k in a["config"] if a["config"][k] != b["config"][k]} == {"aggregator"}

@@ -77,10 +77,10 @@ def test_coupling_figures_name_their_task_share_colours_and_clip_bands(monkeypat
     runs = []
     for algo in ("grpo-screw", "cgrpo"):
         for seed, scale in ((0, 0.0), (1, 1.0)):  # two seeds far apart: the t-interval reaches below 0
-            progress = pd.DataFrame({"env_steps": steps, "ep_return": np.full(50, 0.5), "cost_fuel": np.full(50, 4.0 * scale),
+            progress = pd.DataFrame({"env_steps": steps, "return": np.full(50, 0.5), "cost_fuel": np.full(50, 4.0 * scale),
                                      "lambda_fuel": np.full(50, 0.3 * scale), "eff_w_reward": np.ones(50),
                                      "eff_w_fuel": np.full(50, 0.2)})
-            runs.append(coupling.RunData(algo, seed, progress, "Grid/HazardFuel3x3-v0", 1.2, True))
+            runs.append(coupling.RunData(algo, seed, progress, pd.DataFrame(), "Grid/HazardFuel3x3-v0", 1.2))
     kept: dict[str, plt.Figure] = {}
     monkeypatch.setattr(coupling, "_save", lambda fig, path: kept.setdefault(path.name, fig) and path)
     coupling._figures(runs, (Constraint("fuel", 4.4, "fuel"),), 1.2, tmp_path)
