@@ -9,9 +9,9 @@
 * :mod:`.trust_region`: ``trpo-lag``, ``cpo``, ``pcpo``; :mod:`.first_order`: ``focops``,
   ``cup``, ``p3o``, ``rcpo`` (both on :mod:`.constrained_base`); :mod:`.saute` and
   :mod:`.saute_agent`: ``saute-ppo``; :mod:`.entry_points`: their registry entry points.
+* :mod:`.omnisafe`: ``ppo-lag-omnisafe``, ``pid-lag-omnisafe``, ``trpo-lag-omnisafe``
+  (OmniSafe 0.5.0's defaults; docs/parity.md).
 * :mod:`.agent`: ``BaselineAgent`` (Contract 2) and the table :data:`BASELINES`.
-* :mod:`.experiment`: ``python -m constrained_grpo.baselines.experiment``, the multi-seed
-  acceptance run.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ _ENTRY_POINTS: dict[str, str] = {
     "p3o": "constrained_grpo.baselines.entry_points:make_p3o",
     "rcpo": "constrained_grpo.baselines.entry_points:make_rcpo",
     "saute-ppo": "constrained_grpo.baselines.saute_agent:make_saute_ppo",
+    "ppo-lag-omnisafe": "constrained_grpo.baselines.entry_points:make_ppo_lag_omnisafe",
+    "pid-lag-omnisafe": "constrained_grpo.baselines.entry_points:make_pid_lag_omnisafe",
+    "trpo-lag-omnisafe": "constrained_grpo.baselines.entry_points:make_trpo_lag_omnisafe",
 }
 
 for _name, _spec in BASELINES.items():

@@ -8,7 +8,10 @@ from typing import Any
 
 from constrained_grpo.baselines.agent import BaselineAgent, make_baseline, resolve_baseline_config
 
-__all__ = ["make_cpo", "make_cup", "make_focops", "make_p3o", "make_pcpo", "make_rcpo", "make_trpo_lag"]
+__all__ = [
+    "make_cpo", "make_cup", "make_focops", "make_p3o", "make_pcpo", "make_pid_lag_omnisafe", "make_ppo_lag_omnisafe",
+    "make_rcpo", "make_trpo_lag", "make_trpo_lag_omnisafe",
+]
 
 
 def make_trpo_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
@@ -46,7 +49,24 @@ def make_rcpo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
     return make_baseline("rcpo", env_id, seed, **config)
 
 
+def make_ppo_lag_omnisafe(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``ppo-lag-omnisafe``."""
+    return make_baseline("ppo-lag-omnisafe", env_id, seed, **config)
+
+
+def make_pid_lag_omnisafe(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``pid-lag-omnisafe``."""
+    return make_baseline("pid-lag-omnisafe", env_id, seed, **config)
+
+
+def make_trpo_lag_omnisafe(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+    """Registry entry point of ``trpo-lag-omnisafe``."""
+    return make_baseline("trpo-lag-omnisafe", env_id, seed, **config)
+
+
 for _name, _factory in (("trpo-lag", make_trpo_lag), ("cpo", make_cpo), ("pcpo", make_pcpo), ("focops", make_focops),
-                        ("cup", make_cup), ("p3o", make_p3o), ("rcpo", make_rcpo)):
+                        ("cup", make_cup), ("p3o", make_p3o), ("rcpo", make_rcpo),
+                        ("ppo-lag-omnisafe", make_ppo_lag_omnisafe), ("pid-lag-omnisafe", make_pid_lag_omnisafe),
+                        ("trpo-lag-omnisafe", make_trpo_lag_omnisafe)):
     # registry.resolve_config reads it: options validated before any work, recorded whole.
     _factory.resolve_config = partial(resolve_baseline_config, _name)  # type: ignore[attr-defined]

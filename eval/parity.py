@@ -1,0 +1,290 @@
+"""The parity run against OmniSafe itself (docs/parity.md; ``make parity`` builds its venv).
+
+::
+
+    python -m constrained_grpo.eval.parity run --side omnisafe --task SafetyHopperVelocity-v1 \\
+        --steps 1000000 --seed 0 --out results/parity/runs
+    python -m constrained_grpo.eval.parity run --side ours --task SafetyHopperVelocity-v1 \\
+        --steps 1000000 --seed 0 --out results/parity/runs
+    python -m constrained_grpo.eval.parity table --runs results/parity/runs --out results/parity
+
+``--side omnisafe`` runs ``omnisafe.Agent('PPOLag', task, custom_cfgs=...)`` in
+``.venv-parity`` (this file, run there as a plain script: it imports nothing from
+constrained_grpo at module level); ``--side ours`` runs ``ppo-lag-omnisafe`` on
+``Safety/<task minus 'Safety'>`` through the bridge with ``cgrpo train``'s machinery
+(:func:`~constrained_grpo.eval.runner.execute_run`). Both write
+``<out>/<side>/seed_<S>/curve.csv`` (per epoch: ``env_steps, ep_return, ep_cost``, the
+mean of the last ``WINDOW`` training episodes, which is what OmniSafe logs as
+``Metrics/EpRet`` / ``Metrics/EpCost``) and ``meta.json`` (command, wall time, env-steps/s).
+
+``table`` writes ``parity.csv`` / ``parity.md`` (final return and cost per side: mean
+over seeds with a 95% Student-t interval) and ``curves.png`` (both sides on one figure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+#: OmniSafe 0.5.0 logs Metrics/EpRet and Metrics/EpCost over the last 50 episodes
+#: (policy_gradient.py, _init_log: register_key(..., window_length=50)); so does ours.
+WINDOW = 50
+SIDES = ("omnisafe", "ours")
+OMNISAFE_ALGO = "PPOLag"
+OURS_ALGO = "ppo-lag-omnisafe"
+PARITY_PYTHON = Path(".venv-parity/bin/python")
+CURVE_FIELDS = ("env_steps", "ep_return", "ep_cost")
+
+
+def our_task(task: str) -> str:
+    """``SafetyHopperVelocity-v1`` -> ``Safety/HopperVelocity-v1`` (the bridge's id)."""
+    if not task.startswith("Safety") or task.startswith("Safety/"):
+        raise ValueError(f"--task {task!r}: give Safety-Gymnasium's id, e.g. SafetyHopperVelocity-v1")
+    return "Safety/" + task[len("Safety"):]
+
+
+def _write_curve(path: Path, rows: list[dict[str, float]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CURVE_FIELDS)
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: repr(float(row[k])) for k in CURVE_FIELDS})
+
+
+def _read_curve(path: Path) -> list[dict[str, float]]:
+    with open(path, newline="") as f:
+        return [{k: float(r[k]) for k in CURVE_FIELDS} for r in csv.DictReader(f)]
+
+
+def _omnisafe_cfgs(steps: int, seed: int, steps_per_epoch: int, log_dir: str) -> dict[str, Any]:
+    # Only the budget, the seed, one torch thread (as ours) and quiet logging differ from
+    # PPOLag.yaml's defaults.
+    return {
+        "seed": seed,
+        "train_cfgs": {"total_steps": steps, "torch_threads": 1, "device": "cpu"},
+        "algo_cfgs": {"steps_per_epoch": steps_per_epoch},
+        "logger_cfgs": {"log_dir": log_dir, "use_tensorboard": False, "use_wandb": False, "save_model_freq": 10**9},
+    }
+
+
+def omnisafe_worker(task: str, steps: int, seed: int, steps_per_epoch: int, out: Path) -> None:
+    """Runs in .venv-parity: OmniSafe's PPOLag; its progress.csv becomes curve.csv."""
+    import omnisafe  # noqa: PLC0415  (only the parity venv has it)
+
+    with tempfile.TemporaryDirectory() as log_dir:
+        start = time.perf_counter()
+        agent = omnisafe.Agent(OMNISAFE_ALGO, task, custom_cfgs=_omnisafe_cfgs(steps, seed, steps_per_epoch, log_dir))
+        agent.learn()
+        wall = time.perf_counter() - start
+        progress = next(Path(log_dir).rglob("progress.csv"))
+        with open(progress, newline="") as f:
+            rows = [
+                {"env_steps": float(r["TotalEnvSteps"]), "ep_return": float(r["Metrics/EpRet"]),
+                 "ep_cost": float(r["Metrics/EpCost"])}
+                for r in csv.DictReader(f)
+            ]
+    _write_curve(out / "curve.csv", rows)
+    env_steps = int(rows[-1]["env_steps"]) if rows else 0
+    (out / "meta.json").write_text(json.dumps({
+        "side": "omnisafe", "algo": f"omnisafe {omnisafe.__version__} {OMNISAFE_ALGO}", "task": task, "seed": seed,
+        "steps": steps, "env_steps": env_steps, "wall_s": wall, "env_steps_per_s": env_steps / wall,
+        "custom_cfgs": _omnisafe_cfgs(steps, seed, steps_per_epoch, "<tmp>"),
+    }, indent=1, sort_keys=True) + "\n")
+
+
+def _windowed(records: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """Per iteration, the mean return and cost of the last ``WINDOW`` episodes, from each
+    iteration's mean over its own episodes and their count (``n_episodes``): the oldest
+    iteration in the window counts with the part of its episodes that fits."""
+    rows, past = [], []
+    for rec in records:
+        n = int(rec["n_episodes"])
+        if n > 0:
+            past.append((n, rec["ep_return"], rec["ep_cost"]))
+        left, ret, cost = WINDOW, [], []
+        for count, r, c in reversed(past):
+            take = min(count, left)
+            ret.append(take * r)
+            cost.append(take * c)
+            left -= take
+            if left == 0:
+                break
+        used = WINDOW - left
+        if used:
+            rows.append({"env_steps": rec["env_steps"], "ep_return": math.fsum(ret) / used, "ep_cost": math.fsum(cost) / used})
+    return rows
+
+
+def ours_run(task: str, steps: int, seed: int, steps_per_epoch: int, out: Path, eval_episodes: int) -> None:
+    """``ppo-lag-omnisafe`` through the bridge, with ``cgrpo train``'s machinery."""
+    from constrained_grpo.eval.runner import RunSpec, execute_run  # noqa: PLC0415
+
+    records: list[dict[str, Any]] = []
+    config = {} if steps_per_epoch == 20_000 else {"n_steps": steps_per_epoch}
+    spec = RunSpec(our_task(task), OURS_ALGO, seed, steps, eval_episodes=eval_episodes, config=config, save_agent=False)
+    start = time.perf_counter()
+    # cgrpo train's run, plus the raw log records (the progress file's columns are the
+    # record schema's business; the window needs ep_return, ep_cost and n_episodes).
+    from constrained_grpo.baselines import agent as baseline_agent  # noqa: PLC0415
+
+    learn = baseline_agent.BaselineAgent.learn
+
+    def recording_learn(self: Any, total: int, log: Any = None) -> Any:
+        def both(rec: dict[str, Any]) -> None:
+            records.append({"env_steps": rec["env_steps"], "ep_return": rec["ep_return"],
+                            "ep_cost": float(rec["ep_cost"][0]), "n_episodes": rec["n_episodes"]})
+            if log is not None:
+                log(rec)
+        return learn(self, total, both)
+
+    baseline_agent.BaselineAgent.learn = recording_learn  # type: ignore[method-assign]
+    try:
+        outcome = execute_run(spec, out / "run")
+    finally:
+        baseline_agent.BaselineAgent.learn = learn  # type: ignore[method-assign]
+    wall = time.perf_counter() - start
+    if outcome.status != "done":
+        raise SystemExit(f"parity run {spec.key} {outcome.status}: {outcome.error}")
+    _write_curve(out / "curve.csv", _windowed(records))
+    env_steps = int(records[-1]["env_steps"]) if records else 0
+    (out / "meta.json").write_text(json.dumps({
+        "side": "ours", "algo": OURS_ALGO, "task": spec.task, "seed": seed, "steps": steps, "env_steps": env_steps,
+        "wall_s": wall, "env_steps_per_s": env_steps / wall, "eval_episodes": eval_episodes,
+        "rerun": spec.command("."),
+    }, indent=1, sort_keys=True) + "\n")
+
+
+def run(args: argparse.Namespace) -> None:
+    out = Path(args.out) / args.side / f"seed_{args.seed}"
+    out.mkdir(parents=True, exist_ok=True)
+    command = shlex.join(["python", "-m", "constrained_grpo.eval.parity", "run", "--side", args.side, "--task", args.task,
+                          "--steps", str(args.steps), "--seed", str(args.seed), "--out", str(args.out)])
+    if args.side == "ours":
+        ours_run(args.task, args.steps, args.seed, args.steps_per_epoch, out, args.eval_episodes)
+    else:
+        python = Path(args.parity_python)
+        if not python.exists():
+            raise SystemExit(f"--side omnisafe needs {python}; build it with `make parity` (docs/parity.md)")
+        subprocess.run([str(python), str(Path(__file__).resolve()), "omnisafe-worker", args.task, str(args.steps),
+                        str(args.seed), str(args.steps_per_epoch), str(out)], check=True)
+    meta = json.loads((out / "meta.json").read_text())
+    meta["command"] = command
+    (out / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    print(f"{args.side} seed {args.seed}: {meta['env_steps']} env steps in {meta['wall_s']:.0f} s "
+          f"({meta['env_steps_per_s']:.0f} env-steps/s) -> {out}")
+
+
+def t_interval(values: list[float]) -> tuple[float, float]:
+    """(mean, half-width of the 95% Student-t interval); half-width nan for one value."""
+    from scipy import stats  # noqa: PLC0415
+
+    n = len(values)
+    mean = math.fsum(values) / n
+    if n < 2:
+        return mean, float("nan")
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+
+
+def table(args: argparse.Namespace) -> None:
+    runs, out = Path(args.runs), Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, curves, commands = [], {}, []
+    for side in SIDES:
+        seeds = sorted((runs / side).glob("seed_*/curve.csv"))
+        if not seeds:
+            continue
+        curves[side] = [_read_curve(p) for p in seeds]
+        metas = [json.loads((p.parent / "meta.json").read_text()) for p in seeds]
+        commands += [m["command"] for m in metas if "command" in m]
+        finals = [c[-1] for c in curves[side] if c]
+        ret, ret_hw = t_interval([f["ep_return"] for f in finals])
+        cost, cost_hw = t_interval([f["ep_cost"] for f in finals])
+        speed = math.fsum(m["env_steps_per_s"] for m in metas) / len(metas)
+        rows.append({"side": side, "algo": metas[0]["algo"], "seeds": len(finals),
+                     "env_steps": int(min(f["env_steps"] for f in finals)),
+                     "return": round(ret, 2), "return_ci95": round(ret_hw, 2),
+                     "cost": round(cost, 2), "cost_ci95": round(cost_hw, 2), "env_steps_per_s": round(speed)})
+    if not rows:
+        raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.parity run ...` first")
+    with open(out / "parity.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    lines = ["| side | algorithm | seeds | env steps | final return (95% CI) | final cost (95% CI) | env-steps/s |",
+             "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} | {r['return']} +- {r['return_ci95']} "
+              f"| {r['cost']} +- {r['cost_ci95']} | {r['env_steps_per_s']} |" for r in rows]
+    lines += ["", f"Final = mean of the last {WINDOW} training episodes at the end of the run (OmniSafe's "
+              "Metrics/EpRet, Metrics/EpCost); CI: Student t over seeds.", "", "Commands:", "",
+              *[f"    {c}" for c in commands],
+              f"    python -m constrained_grpo.eval.parity table --runs {runs} --out {out}"]
+    (out / "parity.md").write_text("\n".join(lines) + "\n")
+    _plot(curves, out / "curves.png")
+    print("\n".join(lines))
+
+
+def _plot(curves: dict[str, list[list[dict[str, float]]]], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for side, color in zip(SIDES, ("tab:blue", "tab:orange")):
+        for i, curve in enumerate(curves.get(side, [])):
+            x = [r["env_steps"] for r in curve]
+            for ax, key in zip(axes, ("ep_return", "ep_cost")):
+                ax.plot(x, [r[key] for r in curve], color=color, alpha=0.8, marker="o", ms=3, label=side if i == 0 else None)
+    for ax, title in zip(axes, ("episode return", "episode cost")):
+        ax.set_xlabel("env steps")
+        ax.set_title(f"{title} (last {WINDOW} episodes)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "omnisafe-worker":
+        task, steps, seed, spe, out = argv[1:6]
+        omnisafe_worker(task, int(steps), int(seed), int(spe), Path(out))
+        return
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.parity", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="one seed of one side")
+    r.add_argument("--side", choices=SIDES, required=True)
+    r.add_argument("--task", default="SafetyHopperVelocity-v1")
+    r.add_argument("--steps", type=int, required=True)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--out", default="results/parity/runs")
+    r.add_argument("--steps-per-epoch", type=int, default=20_000, help="OmniSafe's steps_per_epoch = our n_steps")
+    r.add_argument("--eval-episodes", type=int, default=5, help="our side's final evaluation (not in the table)")
+    r.add_argument("--parity-python", default=os.environ.get("PARITY_PYTHON", str(PARITY_PYTHON)))
+    t = sub.add_parser("table", help="parity.csv, parity.md and curves.png from the runs")
+    t.add_argument("--runs", default="results/parity/runs")
+    t.add_argument("--out", default="results/parity")
+    args = parser.parse_args(argv)
+    if args.cmd == "run":
+        if args.steps < args.steps_per_epoch:
+            raise SystemExit(f"--steps {args.steps} < --steps-per-epoch {args.steps_per_epoch}: give at least one epoch")
+        our_task(args.task)
+        run(args)
+    else:
+        table(args)
+
+
+if __name__ == "__main__":
+    main()
