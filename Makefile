@@ -9,7 +9,7 @@ TORCH  := torch==2.13.0
 # extra; `make install EXTRAS=dev` gives the base package plus the test tools.
 EXTRAS ?= dev,ray,highway,math,llm,trl,tb
 
-.PHONY: install test demo bench clean safety
+.PHONY: install test demo bench clean safety parity
 
 install: $(STAMP)
 
@@ -23,11 +23,13 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The main job: the quick benchmark sweep (every registered algorithm on the 2-constraint
-# gridworld, 3 seeds), then its leaderboard with confidence intervals.
+# The teaching demo, about 80 s on 2 cores after the install: constrained and unconstrained learners on
+# the 3x3 gridworld (5 seeds, with the reference policies), the coupling figure of the two
+# GRPO aggregators, then the leaderboard ending with one plain sentence per algorithm.
 demo: $(STAMP)
-	$(VENV)/bin/cgrpo bench --preset quick --out runs/quick
-	$(VENV)/bin/cgrpo leaderboard runs/quick
+	$(VENV)/bin/cgrpo bench --preset demo --out runs/demo --no-progress
+	$(PY) -m constrained_grpo.eval.coupling demo --out runs/demo/coupling
+	$(VENV)/bin/cgrpo leaderboard runs/demo --explain
 
 # Every speed benchmark (constrained_grpo.eval.speed_*), one CSV each in results/bench;
 # training.csv (training throughput of every algorithm beside plain SB3 PPO, and
@@ -70,3 +72,33 @@ $(SAFETY_RECORD): envs/safety/requirements.txt
 	$(SAFETY_PY) -m pip install --quiet --no-deps safety-gymnasium==1.0.0
 	$(SAFETY_PY) envs/safety/patch_py311.py
 	$(SAFETY_PY) envs/safety/worker.py --check safety_gymnasium:make SafetyPointGoal1-v0 $(SAFETY_RECORD)
+
+# The OmniSafe parity environment (docs/parity.md; not part of `make test` or CI): OmniSafe
+# 0.5.0 beside Safety-Gymnasium 1.0.0 on Python 3.11, where the CPU build of torch 2.13.0
+# exists (on 3.10 the registry's torch 2.13.0 is a CUDA build of several GB). omnisafe goes
+# in with --no-deps and its declared requirements are listed here: pip would otherwise
+# re-resolve safety-gymnasium's pygame==2.1.0 pin, which has no 3.11 wheel and fails to
+# build; the constraints keep the Safety pins (numpy 1.23.5, gymnasium 0.28.1) and torch.
+PARITY_VENV   := .venv-parity
+PARITY_PY     := $(PARITY_VENV)/bin/python
+PARITY_RECORD := $(PARITY_VENV)/cgrpo-parity.json
+PARITY_PYTHON ?= python3.11
+PARITY_PINS   := $(PARITY_VENV)/constraints.txt
+
+parity: $(PARITY_RECORD)
+
+$(PARITY_RECORD): envs/safety/requirements.txt
+	"$(PARITY_PYTHON)" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' || \
+	  { echo "make parity: needs Python 3.11; run 'make parity PARITY_PYTHON=/path/to/python3.11'" >&2; exit 1; }
+	rm -rf $(PARITY_VENV) && "$(PARITY_PYTHON)" -m venv $(PARITY_VENV)
+	$(PARITY_PY) -m pip install --quiet --upgrade pip
+	$(PARITY_PY) -m pip install --quiet "$(TORCH)"
+	$(PARITY_PY) -m pip install --quiet -r envs/safety/requirements.txt
+	$(PARITY_PY) -m pip install --quiet --no-deps safety-gymnasium==1.0.0
+	$(PARITY_PY) envs/safety/patch_py311.py
+	printf '%s\n' numpy==1.23.5 gymnasium==0.28.1 mujoco==2.3.3 "$(TORCH)" > $(PARITY_PINS)
+	$(PARITY_PY) -m pip install --quiet --no-deps omnisafe==0.5.0
+	$(PARITY_PY) -m pip install --quiet -c $(PARITY_PINS) pandas==2.0.3 "tensorboard>=2.8" "wandb>=0.13" \
+	  "pyyaml>=6" "moviepy>=1" "typing-extensions>=4" "typer[all]>=0.7" "seaborn>=0.12.2" "matplotlib>=3.7.1" "gdown>=4.6"
+	$(PARITY_PY) envs/safety/worker.py --check safety_gymnasium:make SafetyHopperVelocity-v1 $(PARITY_VENV)/cgrpo-safety.json
+	$(PARITY_PY) -c 'import json, omnisafe, torch, pandas; json.dump({"omnisafe": omnisafe.__version__, "torch": torch.__version__, "pandas": pandas.__version__}, open("$(PARITY_RECORD)", "w"))'

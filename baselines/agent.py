@@ -35,7 +35,7 @@ import stable_baselines3
 import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv
+from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
 from constrained_grpo.agents.trainer import (
@@ -44,10 +44,11 @@ from constrained_grpo.agents.trainer import (
     check_finite_observations,
     check_finite_parameters,
 )
-from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers
+from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers, task_defaults
 from constrained_grpo.baselines.constrained_base import lag_model_kwargs
 from constrained_grpo.baselines.first_order import CUPConfig, FOCOPSConfig, P3OConfig, RCPOConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
+from constrained_grpo.baselines.omnisafe import OMNISAFE_PRESETS, OmniSafePPOLagConfig, OmniSafeTRPOLagConfig
 from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
 from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
@@ -126,6 +127,10 @@ BASELINES: dict[str, BaselineSpec] = {
     "p3o": BaselineSpec(P3OConfig, {}, "Penalized PPO, exact penalty kappa = 20 (Zhang et al. 2022)", False),
     "rcpo": BaselineSpec(RCPOConfig, {}, "Reward Constrained Policy Optimization: PPO on r - lambda c (Tessler et al. 2019)", True),
     "saute-ppo": BaselineSpec(SauteConfig, {}, "Saute RL: PPO on the budget-augmented state (Sootla et al. 2022)", False),
+    # OmniSafe 0.5.0's PPOLag / CPPOPID / TRPOLag defaults, key by key (baselines/omnisafe.py, docs/parity.md).
+    "ppo-lag-omnisafe": BaselineSpec(OmniSafePPOLagConfig, OMNISAFE_PRESETS["ppo-lag-omnisafe"], "PPO-Lagrangian with OmniSafe 0.5.0's PPOLag defaults"),
+    "pid-lag-omnisafe": BaselineSpec(OmniSafePPOLagConfig, OMNISAFE_PRESETS["pid-lag-omnisafe"], "PID-Lagrangian with OmniSafe 0.5.0's CPPOPID defaults"),
+    "trpo-lag-omnisafe": BaselineSpec(OmniSafeTRPOLagConfig, OMNISAFE_PRESETS["trpo-lag-omnisafe"], "TRPO-Lagrangian with OmniSafe 0.5.0's TRPOLag defaults", True),
 }
 
 
@@ -176,8 +181,26 @@ def make_baseline_vec_env(env_id: str, config: PPOConfig, constraints: Sequence[
     names: :class:`GymVectorVecEnv` over the batched twin, or ``DummyVecEnv`` of
     ``RecordEpisodeCost`` copies. Both report ``info["episode"]`` with ``r``, ``l``, ``c``."""
     if use_batched_env(env_id, config):
-        return make_sb3_vec_env(env_id, config.n_envs, constraints, **config.env_kwargs)
-    return DummyVecEnv([partial(_recorded_env, env_id, dict(config.env_kwargs))] * config.n_envs)
+        venv = make_sb3_vec_env(env_id, config.n_envs, constraints, **config.env_kwargs)
+        venv.time_limit_bootstrap = config.time_limit_bootstrap
+        return venv
+    dummy = DummyVecEnv([partial(_recorded_env, env_id, dict(config.env_kwargs))] * config.n_envs)
+    return dummy if config.time_limit_bootstrap else _EndAtTimeLimit(dummy)
+
+
+class _EndAtTimeLimit(VecEnvWrapper):
+    """``TimeLimit.truncated`` always False: SB3 does not bootstrap a time-limit cut, which
+    ends the scored episode (``PPOConfig.time_limit_bootstrap`` False)."""
+
+    def reset(self) -> Any:
+        return self.venv.reset()
+
+    def step_wait(self) -> Any:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        for info in infos:
+            if info.get("TimeLimit.truncated"):
+                info["TimeLimit.truncated"] = False
+        return obs, rewards, dones, infos
 
 
 def sb3_ppo_kwargs(config: PPOConfig, seed: int) -> dict[str, Any]:
@@ -206,7 +229,7 @@ def sb3_ppo_kwargs(config: PPOConfig, seed: int) -> dict[str, Any]:
 
 
 #: Losses of a log record that must be finite (SB3's logged means over the update).
-_LOSS_KEYS: tuple[str, ...] = ("policy_loss", "value_loss", "entropy_loss", "approx_kl", "cost_value_loss")
+_LOSS_KEYS: tuple[str, ...] = ("policy_loss", "value_loss", "entropy_loss", "approx_kl", "value_loss_cost")
 
 
 class _ContractLog(BaseCallback):
@@ -381,13 +404,14 @@ class BaselineAgent:
             ("approx_kl", "train/approx_kl"),
             ("clip_fraction", "train/clip_fraction"),
             ("explained_variance", "train/explained_variance"),
-            ("cost_value_loss", "train/cost_value_loss"),
-            ("cost_explained_variance", "train/cost_explained_variance"),
+            # The long table reserves cost_<name> for the constraints (schema.RESERVED_PREFIXES).
+            ("value_loss_cost", "train/cost_value_loss"),
+            ("explained_variance_cost", "train/cost_explained_variance"),
         ):
             if sb3_key in values:
                 record[key] = float(values[sb3_key])
         if isinstance(self.model, PPOLagrangian) and self.model.cost_estimate is not None:
-            record["cost_estimate"] = self.model.cost_estimate.tolist()
+            record["estimated_cost"] = self.model.cost_estimate.tolist()
         return record
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
@@ -528,16 +552,16 @@ def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> Basel
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
     agent_cls = getattr(spec.config_cls, "agent_class", lambda: BaselineAgent)()
-    return agent_cls(env_id, seed, _config(spec, config), name=name)
+    return agent_cls(env_id, seed, _config(spec, config, env_id), name=name)
 
 
-def _config(spec: BaselineSpec, config: Mapping[str, Any]) -> PPOConfig:
-    """The table row's preset, then ``config``; a ``multiplier`` dict (or flat
-    ``multiplier_<field>`` keys) updates the row's multiplier field by field, as it does
-    a GRPO variant's."""
+def _config(spec: BaselineSpec, config: Mapping[str, Any], env_id: str) -> PPOConfig:
+    """The table row's preset, then the task's :func:`task_defaults` (gamma = 1 on the
+    gridworld), then ``config``; a ``multiplier`` dict (or flat ``multiplier_<field>``
+    keys) updates the row's multiplier field by field, as it does a GRPO variant's."""
     if "multiplier" in {f.name for f in fields(spec.config_cls)}:
-        return spec.config_cls.from_dict(merge_config_layers(spec.preset, config))
-    return spec.config_cls.from_dict({**spec.preset, **config})  # no multiplier: its keys are unknown options
+        return spec.config_cls.from_dict(merge_config_layers(spec.preset, task_defaults(env_id), config))
+    return spec.config_cls.from_dict({**spec.preset, **task_defaults(env_id), **config})  # no multiplier: its keys are unknown options
 
 
 def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
@@ -549,7 +573,7 @@ def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, 
         spec = BASELINES[name]
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
-    cfg = _config(spec, config)
+    cfg = _config(spec, config, env_id)
     return {"kind": "baseline", "algo": name, "config": cfg.resolved(use_batched_env(env_id, cfg)).to_dict()}
 
 

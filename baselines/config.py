@@ -11,6 +11,7 @@ field (:func:`merge_config_layers`). The flat spelling ``multiplier_<field>`` (e
 
 from __future__ import annotations
 
+import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -25,8 +26,10 @@ __all__ = [
     "DUMMY_SIZES",
     "PPOConfig",
     "PPOLagConfig",
+    "TASK_DEFAULTS",
     "VEC_ENVS",
     "merge_config_layers",
+    "task_defaults",
 ]
 
 SelfConfig = TypeVar("SelfConfig", bound="PPOConfig")
@@ -53,6 +56,30 @@ BATCHED_SIZES: dict[str, int] = {"n_envs": 256, "n_steps": 16, "batch_size": 102
 DUMMY_SIZES: dict[str, int] = {"n_envs": 8, "n_steps": 512, "batch_size": 256}
 
 _SIZE_FIELDS: tuple[str, ...] = ("n_envs", "n_steps", "batch_size")
+
+#: Options every baseline takes on the tasks matching an ``fnmatch`` pattern of task ids,
+#: over its own row of ``BASELINES`` and under the user's options.
+#:
+#: - ``Grid/*``: finite-horizon tasks with an exact optimum. R*, the leaderboard and the
+#:   GRPO agents score the undiscounted episodic return ``sum_t r_t`` (and costs
+#:   ``sum_t c_{k,t}``), so the baselines optimise that too: ``gamma = 1`` (``cost_gamma``
+#:   follows it). With 0.99 the 21-step gem route of Grid/HazardFuel-v0 is worth
+#:   ``0.99^12 ~ 0.89`` of what it scores relative to the 9-step safe route: a different
+#:   problem from the one ranked. ``gae_lambda`` stays 0.95 < 1: it trades the variance of
+#:   the Monte-Carlo return for the critic's bias, not the objective. The horizon is part
+#:   of the task (the LP's too), so an episode cut by it is not bootstrapped
+#:   (``time_limit_bootstrap``).
+TASK_DEFAULTS: dict[str, dict[str, Any]] = {"Grid/*": {"gamma": 1.0, "time_limit_bootstrap": False}}
+
+
+def task_defaults(env_id: str) -> dict[str, Any]:
+    """The :data:`TASK_DEFAULTS` rows matching ``env_id``, merged in table order."""
+    out: dict[str, Any] = {}
+    for pattern, row in TASK_DEFAULTS.items():
+        if fnmatch.fnmatchcase(env_id, pattern):
+            out.update(row)
+    return out
+
 
 #: Prefix of the flat aliases of MultiplierConfig's fields.
 MULTIPLIER_PREFIX = "multiplier_"
@@ -130,6 +157,13 @@ class PPOConfig:
     """Reward discount."""
     gae_lambda: float = 0.95
     """GAE lambda (Schulman et al. 2016)."""
+    time_limit_bootstrap: bool = True
+    """Bootstrap an episode cut by the task's time limit with the critics' values of its
+    last observation, ``r_T += gamma V(s_T)`` (SB3's treatment: the episode would go on).
+    False where the time limit is part of the scored task (a finite-horizon task scored by
+    ``sum_{t<T} r_t``): the cut is the episode's true end, its last target is its reward.
+    With ``gamma = 1`` the bootstrap would make running out of time worth as much as
+    reaching the goal (plain PPO then wanders until the limit on Grid/HazardFuel3x3-v0)."""
     normalize_advantage: bool = False
     """Standardize the reward advantage (SB3: per minibatch; PPO-Lagrangian: over the
     rollout, before the mix). Off by default: a constrained optimum mixes routes whose

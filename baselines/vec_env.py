@@ -99,6 +99,9 @@ class GymVectorVecEnv(VecEnv):
         self._return = np.zeros(n)
         self._length = np.zeros(n, dtype=np.int64)
         self._cost = np.zeros((n, self.k))
+        #: False: a time-limit cut is reported as the episode's end (``TimeLimit.truncated``
+        #: False), so that SB3 does not bootstrap it (``PPOConfig.time_limit_bootstrap``).
+        self.time_limit_bootstrap = True
 
     # --- the VecEnv API -------------------------------------------------------------
     def reset(self) -> VecEnvObs:
@@ -145,7 +148,7 @@ class GymVectorVecEnv(VecEnv):
         final_info = info.get("final_info")
         step_info = {k: v for k, v in info.items() if k not in ("final_obs", "_final_obs", "final_info", "_final_info")}
         infos = split_vector_info(step_info, n)
-        time_limit = truncated & ~terminated
+        time_limit = truncated & ~terminated & self.time_limit_bootstrap
         for i in range(n):
             infos[i]["TimeLimit.truncated"] = bool(time_limit[i])
         if dones.any():

@@ -159,6 +159,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
+    lb.add_argument("--explain", action="store_true",
+                    help="end with one plain sentence per algorithm and task (limits kept, return against R*)")
 
     pl = sub.add_parser("plot", parents=[common], help="draw learning curves, multipliers, return vs violation")
     pl.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
@@ -663,6 +665,10 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(render_markdown(lb))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
+    if args.explain:
+        from constrained_grpo.eval.explain import explain
+
+        print("\nIn words:\n" + explain(lb, tasks, DEFAULT_TOL if args.tol is None else args.tol))
     return 0
 
 

@@ -6,7 +6,13 @@
   (``env.unwrapped.reference_policies()["optimal"]``; the gridworlds' LP policy): its
   evaluated return must land on R* and its costs on the limits, an end-to-end check of
   the evaluation pipeline;
-* ``ref-unconstrained``: the task's reward-maximising policy that ignores the limits.
+* ``ref-unconstrained``: the task's reward-maximising policy that ignores the limits;
+* ``ref-safe-driver`` (highway, discrete actions): keep lane, keep a safe time headway, a
+  rule on the observation (:mod:`constrained_grpo.envs.highway.policies`);
+* ``ref-warmstart`` (math): the text agent's warm-started policy with no GRPO update, the
+  point every GRPO learner of a math task starts from.
+
+Which task runs which: ``FAMILY_REFERENCES`` of :mod:`constrained_grpo.eval.presets`.
 
 They do not learn. ``learn`` plays ``episodes`` evaluation-free episodes and logs them as
 one iteration (Contract 2 asks for a record per iteration); the harness then evaluates them
@@ -28,15 +34,32 @@ from constrained_grpo.options import check_options
 from constrained_grpo.registry import EvalResult, register_agent
 from constrained_grpo.tasks import make_env, rollout_episodes
 
-__all__ = ["REFERENCES", "ReferenceAgent"]
+__all__ = ["REFERENCES", "SCRIPTED", "ReferenceAgent", "WarmStartReference"]
 
 #: registry name -> (policy key, description)
 REFERENCES: dict[str, tuple[str, str]] = {
     "ref-random": ("random", "reference: uniformly random actions (unranked)"),
     "ref-optimal": ("optimal", "reference: the task's exact constrained optimum, e.g. the gridworld LP policy (unranked)"),
     "ref-unconstrained": ("unconstrained", "reference: the reward-maximising policy that ignores the limits (unranked)"),
+    "ref-safe-driver": ("safe-driver", "reference: highway driver that keeps its lane and a safe headway (unranked)"),
 }
 
+#: Scripted policies that a task family offers outside its env: policy key -> factory
+#: ``"module:function"`` taking the env and returning ``act(obs, deterministic)``.
+SCRIPTED: dict[str, str] = {"safe-driver": "constrained_grpo.envs.highway.policies:make_safe_driver"}
+
+
+
+def _log_episodes(log: Callable[[dict[str, Any]], None] | None, res: EvalResult, start: float) -> None:
+    """Log a reference's one "iteration": the episodes ``res`` it played since ``start`` (perf_counter)."""
+    if log is not None:
+        log({
+            "env_steps": int(res.lengths.sum()),
+            "wall_s": time.perf_counter() - start,
+            "ep_return": float(res.returns.mean()),
+            "ep_cost": res.costs.mean(axis=0).tolist(),
+            "multipliers": [],
+        })
 
 class ReferenceAgent:
     """A fixed policy with the agent interface (Contract 2).
@@ -63,6 +86,15 @@ class ReferenceAgent:
             space = self.env.action_space
             space.seed(self.seed)
             self._act: Callable[[np.ndarray, bool], Any] = lambda obs, deterministic: space.sample()
+        elif policy in SCRIPTED:
+            import importlib
+
+            module, _, attr = SCRIPTED[policy].partition(":")
+            try:
+                self._act = getattr(importlib.import_module(module), attr)(self.env)
+            except ValueError as err:
+                self.env.close()
+                raise ValueError(f"task {env_id!r} cannot run the {policy!r} reference: {err}") from None
         else:
             offered = getattr(self.env.unwrapped, "reference_policies", None)
             table = offered() if callable(offered) else {}
@@ -91,14 +123,7 @@ class ReferenceAgent:
             res = rollout_episodes(self.env, lambda o: self._act(o, False), self.episodes, seed=self.seed * 10_007)
         finally:
             np.random.set_state(state)
-        if log is not None:
-            log({
-                "env_steps": int(res.lengths.sum()),
-                "wall_s": time.perf_counter() - start,
-                "ep_return": float(res.returns.mean()),
-                "ep_cost": res.costs.mean(axis=0).tolist(),
-                "multipliers": [],
-            })
+        _log_episodes(log, res, start)
         return self
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True) -> EvalResult:
@@ -130,6 +155,11 @@ def make_ref_unconstrained(env_id: str, seed: int = 0, **config: Any) -> Referen
     return ReferenceAgent(env_id, seed, policy="unconstrained", **config)
 
 
+def make_ref_safe_driver(env_id: str, seed: int = 0, **config: Any) -> ReferenceAgent:
+    """Registry entry point of ``ref-safe-driver``."""
+    return ReferenceAgent(env_id, seed, policy="safe-driver", **config)
+
+
 def _resolver(policy: str) -> Callable[..., dict[str, Any]]:
     def resolve(env_id: str, **config: Any) -> dict[str, Any]:
         """The reference's options, checked by name: ``episodes``, ``env_kwargs``, ``limits``."""
@@ -140,9 +170,77 @@ def _resolver(policy: str) -> Callable[..., dict[str, Any]]:
     return resolve
 
 
-for _factory, _policy in ((make_ref_random, "random"), (make_ref_optimal, "optimal"), (make_ref_unconstrained, "unconstrained")):
+for _factory, _policy in ((make_ref_random, "random"), (make_ref_optimal, "optimal"), (make_ref_unconstrained, "unconstrained"),
+                          (make_ref_safe_driver, "safe-driver")):
     _factory.resolve_config = _resolver(_policy)  # type: ignore[attr-defined]
 
 for _name, (_policy, _description) in REFERENCES.items():
     register_agent(_name, f"constrained_grpo.references:make_{_name.replace('-', '_')}", description=_description,
                    constrained=False, reference=True)
+
+
+class WarmStartReference:
+    """The warm-started text policy of a math task, never updated (``ref-warmstart``).
+
+    It is built exactly as the GRPO learners build their starting point
+    (:func:`~constrained_grpo.agents.text_agent.make_text_grpo_agent` with the same preset,
+    ``lm`` and seed), so its row is where every text learner of the task began.
+
+    Args:
+        env_id: a text task (e.g. ``Math/ChainSumLong-v0``).
+        seed: the seed of the policy's init and warm start.
+        episodes: sampled completions ``learn`` scores and logs as its one iteration.
+        **text_options: the text agent's options (``preset``, ``lm``, ``env_kwargs``, ``limits``, ...).
+    """
+
+    def __init__(self, env_id: str, seed: int = 0, *, episodes: int = 64, **text_options: Any) -> None:
+        if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+            raise ValueError(f"episodes={episodes!r} must be an integer >= 1")
+        from constrained_grpo.agents.text_agent import make_text_grpo_agent
+
+        self.env_id, self.seed, self.episodes = env_id, int(seed), episodes
+        self.agent = make_text_grpo_agent(env_id, seed, algo="grpo", **text_options)
+        self.agent.algo = "ref-warmstart"
+        self.constraints = self.agent.constraints
+
+    @property
+    def multipliers(self) -> np.ndarray:
+        return np.zeros(0)
+
+    def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "WarmStartReference":
+        """No update: ``episodes`` sampled completions (problems ``seed * 10_007 + i``), logged as one iteration."""
+        start = time.perf_counter()
+        res = self.agent.evaluate(self.episodes, deterministic=False, seed=self.seed * 10_007)
+        _log_episodes(log, res, start)
+        return self
+
+    def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
+        """The text agent's evaluation over problems ``seed + i`` (the harness passes its seeds)."""
+        return self.agent.evaluate(n_episodes, deterministic, seed)
+
+    def save(self, path: str | Path) -> Path:
+        """The warm-started weights, as a text agent saves them."""
+        return self.agent.save(path)
+
+
+def make_ref_warmstart(env_id: str, seed: int = 0, **config: Any) -> WarmStartReference:
+    """Registry entry point of ``ref-warmstart``."""
+    return WarmStartReference(env_id, seed, **config)
+
+
+def _resolve_warmstart(env_id: str, **config: Any) -> dict[str, Any]:
+    """The warm start's text configuration (as the GRPO learners resolve it) and ``episodes``."""
+    from constrained_grpo.agents.text_agent import resolve_text_config
+
+    config = dict(config)
+    episodes = config.pop("episodes", 64)
+    if "algo" in config:
+        raise ValueError(f"ref-warmstart takes no algo (got {config['algo']!r}): it is the warm start with no updates")
+    text = resolve_text_config(env_id, algo="grpo", **config)
+    return {"kind": "reference", "policy": "warmstart", "config": {"episodes": episodes, **text}}
+
+
+make_ref_warmstart.resolve_config = _resolve_warmstart  # type: ignore[attr-defined]
+register_agent("ref-warmstart", "constrained_grpo.references:make_ref_warmstart",
+               description="reference: the math task's warm-started language model, no GRPO update (unranked)",
+               constrained=False, reference=True, acts_on_text=True)

@@ -21,7 +21,7 @@ from typing import Any
 from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.eval.sweep import expand_grid
 
-__all__ = ["DEFAULT_ALGOS", "FAMILY_SCOPES", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "FAMILY_REFERENCES", "FAMILY_SCOPES", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
@@ -85,6 +85,19 @@ def _acts_on_text(algo: str) -> bool:
 #: ``cgrpo`` alone there (the bench prints each task's algorithms before it starts).
 FAMILY_SCOPES: dict[str, Scope] = {"math": Scope(text=True)}
 
+#: The reference policies (unranked rows, :mod:`constrained_grpo.references`) a preset with
+#: ``references=True`` runs on each task, keyed by family or task id (a task's row replaces
+#: its family's): the safe driver reads the straight highway's observation only.
+FAMILY_REFERENCES: dict[str, tuple[str, ...]] = {
+    "gridworld": ("ref-random", "ref-optimal", "ref-unconstrained"),
+    "highway": ("ref-random",),
+    "Highway/Highway-v0": ("ref-random", "ref-safe-driver"),
+    "math": ("ref-warmstart",),
+}
+#: A reference that starts where an algorithm starts takes that algorithm's config (the
+#: warm start is the GRPO learners' starting point, so it gets their text preset).
+_REFERENCE_CONFIG: dict[str, str] = {"ref-warmstart": "grpo"}
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -105,6 +118,8 @@ class Preset:
         scopes: :class:`Scope` rows keyed by a task family (``"math"``) or a task id
             (``"Math/ChainSum-v0"``). A task takes its family's row, then its own row's
             fields that are set (its ``config`` merges per algorithm).
+        references: also run each task's reference policies (:data:`FAMILY_REFERENCES`),
+            with the task's seeds and budget; the leaderboard shows them unranked.
     """
 
     name: str
@@ -117,6 +132,7 @@ class Preset:
     eval_episodes: int = 20
     config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     scopes: Mapping[str, Scope] = field(default_factory=dict)
+    references: bool = False
 
     def __post_init__(self) -> None:
         from constrained_grpo.envs import TASKS
@@ -156,6 +172,17 @@ class Preset:
             )
         return merged
 
+    def task_references(self, task: str) -> tuple[str, ...]:
+        """The reference policies run on ``task`` (:data:`FAMILY_REFERENCES`; none unless
+        ``references``, and none the preset lists among its algorithms already)."""
+        from constrained_grpo.envs import list_tasks, task_info
+
+        if not self.references or task not in list_tasks():
+            return ()
+        family = task_info(task).family
+        refs = FAMILY_REFERENCES.get(task, FAMILY_REFERENCES.get(family, ()))
+        return tuple(r for r in refs if r not in self.algos)
+
     def task_algos(self, task: str) -> tuple[str, ...]:
         """The preset's algorithms that run on ``task``, in the preset's order."""
         scope = self.scope(task)
@@ -166,13 +193,15 @@ class Preset:
         return {t: int(self.scope(t).steps or self.steps) for t in self.resolved_tasks()}
 
     def runs(self, *, save_agent: bool = True) -> list[RunSpec]:
-        """The preset's runs, task by task: ``task_algos(task) x seeds``, in that order
+        """The preset's runs, task by task: ``(task_algos + task_references)(task) x seeds``, in that order
         (its algorithms must be registered: see :func:`resolve`)."""
         specs: list[RunSpec] = []
         for task in self.resolved_tasks():
             scope = self.scope(task)
-            algos = self.task_algos(task)
+            algos = self.task_algos(task) + self.task_references(task)
             config = {a: {**scope.config.get(a, {}), **self.config.get(a, {})} for a in algos}
+            config.update({r: {**scope.config.get(a, {}), **self.config.get(a, {})}
+                           for r, a in _REFERENCE_CONFIG.items() if r in algos})
             specs += expand_grid(
                 [task], algos, scope.seeds if scope.seeds is not None else self.seeds,
                 int(scope.steps or self.steps),
@@ -190,14 +219,19 @@ class Preset:
             lines.append(
                 f"{task}: {len(self.task_algos(task))} algorithm(s) {list(self.task_algos(task))} x "
                 f"{len(seeds)} seed(s), {int(scope.steps or self.steps)} steps"
+                + (f", references {list(self.task_references(task))}" if self.task_references(task) else "")
             )
         return "\n".join(lines)
 
 
 # --- the presets -------------------------------------------------------------------------
 #: The gridworld tasks of ``standard``: the acceptance task, a small map whose optimum solves
-#: in a second, and stochastic transitions.
-STANDARD_GRID_TASKS: tuple[str, ...] = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0")
+#: in a second, stochastic transitions, and three constraints (K = 3).
+STANDARD_GRID_TASKS: tuple[str, ...] = (
+    "Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0",
+)
+#: Highway-v0's budget in the standard preset (the PPO family's learning curve, docs/benchmark.md).
+HIGHWAY_STANDARD_STEPS = 300_000
 
 PRESETS: dict[str, Preset] = {
     p.name: p
@@ -213,29 +247,55 @@ PRESETS: dict[str, Preset] = {
             # 20k steps instead of 3, enough for a multiplier trajectory to score.
             config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
         ),
-        # Sized for `--workers 2` on a 2-core machine: about 9,700 core-s in all, highway
-        # dominating any growth (per-run costs in docs/tuning.md).
+        # Budgets from learning curves (docs/benchmark.md section "Budgets"): per task, the budget
+        # at which the best learner's curve has plateaued, the same for every algorithm of the task.
+        # Grid/HazardFuel-v0 at 3M steps with cgrpo and grpo-screw is also the coupling setting.
+        # Per-run costs and the wall time on 2 cores in docs/tuning.md.
         Preset(
             "standard",
-            "every family on a budget, about 1.5-2 h on 2 cores (--workers 2): 3 gridworld tasks x 5 seeds x 200k "
-            "steps, Highway-v0 x 3 seeds x 10k steps, Math/ChainSum-v0 (GRPO agents) x 3 seeds x 9.6k completions",
-            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v0", "Math/ChainSum-v0"),
-            seeds=tuple(range(5)),
-            steps=200_000,
+            "every family at budgets where learners converge, --workers 2 on 2 cores: 4 gridworld tasks "
+            "(K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps (about 1 h), Highway-v0 x 10 seeds, "
+            "Math/ChainSum-v0 and ChainSumLong-v0 (GRPO agents) x 5 seeds; reference policies unranked",
+            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v0", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
+            seeds=tuple(range(10)),
+            steps=1_000_000,
+            references=True,
             eval_episodes=50,
             scopes={
+                "gridworld": Scope(eval_episodes=500),
+                "Grid/HazardFuel-v0": Scope(steps=3_000_000),
+                "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000),
+                "Grid/HazardFuelSlip-v0": Scope(steps=2_000_000),
+                "Grid/HazardFuelMud-v0": Scope(steps=3_000_000),
                 "highway": Scope(
-                    seeds=(0, 1, 2),
-                    steps=10_000,
-                    # 8 groups of 8 episodes (up to 30 steps; 11-13 measured early on, as crashes
-                    # end them) per iteration: 5-14 GRPO iterations in 10k steps, where the
-                    # standard 16 x 16 would make 2-4.
+                    steps=HIGHWAY_STANDARD_STEPS,
+                    # 8 groups of 8 episodes (up to 30 steps) per GRPO iteration: more iterations
+                    # per env step where crashes end episodes early.
                     config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
                 ),
                 # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
-                # transformer warm-started by 1500 supervised steps) and the budget of the text
-                # acceptance runs: 150 iterations.
-                "math": Scope(seeds=(0, 1, 2), steps=9_600),
+                # transformer warm-started by 1500 supervised steps): 150 iterations.
+                "math": Scope(seeds=tuple(range(5)), steps=9_600),
+            },
+        ),
+        # The learning curves behind the standard preset's budgets (docs/benchmark.md, "Budgets"):
+        # the best gridworld learners (time to criterion, results/bench/training.csv) well past
+        # their plateau, and on highway the PPO family, whose crash rate sets that budget.
+        Preset(
+            "curves",
+            "learning curves that set the standard budgets, about 10 min on 2 cores (--workers 2): cgrpo and "
+            "grpo-screw on the 4 standard gridworld tasks x 4M steps, cgrpo, ppo-lag and ppo on Highway-v0 x 500k, 3 seeds",
+            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v0",),
+            algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo"),
+            seeds=(0, 1, 2),
+            steps=4_000_000,
+            eval_episodes=200,
+            scopes={
+                "gridworld": Scope(algos=("cgrpo", "grpo-screw")),
+                "highway": Scope(
+                    algos=("cgrpo", "ppo-lag", "ppo"), steps=500_000, eval_episodes=50,
+                    config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
+                ),
             },
         ),
         Preset(
@@ -244,19 +304,54 @@ PRESETS: dict[str, Preset] = {
             "protocol (limit 25, 5 seeds, 1e7 steps; needs `make safety`); Math/ChainSum-v0 with the GRPO agents",
             tasks=("Safety/PointGoal1-v0", "Safety/CarGoal1-v0", "Math/ChainSum-v0"),
             families=("gridworld", "highway"),
+            # The OmniSafe-matched baselines run on the Safety tasks in place of ppo-lag and
+            # pid-lag, whose defaults were tuned on the gridworld (docs/parity.md).
+            algos=(*DEFAULT_ALGOS, "ppo-lag-omnisafe", "pid-lag-omnisafe", "trpo-lag-omnisafe"),
             seeds=tuple(range(10)),
             steps=1_000_000,
+            references=True,
             eval_episodes=100,
             scopes={
+                "gridworld": Scope(algos=DEFAULT_ALGOS),
+                "highway": Scope(algos=DEFAULT_ALGOS),
                 # OmniSafe's benchmark protocol (github.com/PKU-Alignment/omnisafe, on-policy
                 # benchmark): cost limit 25 (the tasks' default, DEFAULT_LIMIT of
                 # constrained_grpo.envs.safety.env; no override here), 5 seeds, 1e7 steps.
                 # Its published PPOLag at 1e7 steps, for comparison:
                 #   SafetyPointGoal1-v0: reward 12.96 +- 6.95, cost 25.80 +- 34.99.
-                "safety": Scope(seeds=tuple(range(5)), steps=10_000_000),
+                "safety": Scope(algos=(*_GRPO_NAMES, "*-omnisafe", "ppo"), seeds=tuple(range(5)), steps=10_000_000),
                 # 400 iterations of the text agent's standard preset (64 completions each).
                 "math": Scope(steps=25_600),
             },
+        ),
+        # The coupling experiment (results/coupling, `python -m constrained_grpo.eval.coupling
+        # analyze`): the two GRPO aggregators, identical configurations otherwise, long enough
+        # (about 1000 iterations of 16 x 16 episodes) for the multipliers to settle.
+        Preset(
+            "coupling",
+            "ScAdv (cgrpo) vs ScRew (grpo-screw) on Grid/HazardFuel-v0, 10 seeds x 3M steps, "
+            "about 1 min on 2 cores (--workers 2)",
+            tasks=("Grid/HazardFuel-v0",),
+            algos=("cgrpo", "grpo-screw"),
+            seeds=tuple(range(10)),
+            steps=3_000_000,
+            eval_episodes=100,
+        ),
+        # `make demo`: the 3x3 map, whose optimum (1.2, mixing three routes) is solved by hand in
+        # docs/tutorial.md. At 300k steps the constrained GRPO learners keep both limits near R*
+        # while ppo and grpo take the gem route over the fuel limit; 5 seeds are the fewest that
+        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI). 74 s of bench, 82 s of
+        # `make demo`, on 2 cores (docs/tuning.md).
+        Preset(
+            "demo",
+            "the teaching demo (`make demo`), about 80 s on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "
+            "constrained vs unconstrained learners and the reference policies, 5 seeds x 300k steps",
+            tasks=("Grid/HazardFuel3x3-v0",),
+            algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo", "grpo"),
+            seeds=tuple(range(5)),
+            steps=300_000,
+            eval_episodes=100,
+            references=True,
         ),
     )
 }
@@ -319,6 +414,7 @@ def resolve(
                 "or give a dotted path 'package.module:factory'"
             )
         changes["algos"] = tuple(algos)
+        changes["references"] = False  # an explicit list runs what it names (ref-* names included)
     else:
         skipped = [a for a in preset.algos if a not in known]
         kept = tuple(a for a in preset.algos if a in known)

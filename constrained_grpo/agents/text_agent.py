@@ -38,7 +38,7 @@ from torch import nn
 
 from constrained_grpo.agents.agent import load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config
-from constrained_grpo.agents.lm_sft import SFTResult, supervised_warm_start
+from constrained_grpo.agents.lm_sft import SFTResult, cached_warm_start, warmstart_cache_dir
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
 from constrained_grpo.agents.lm_transformer import TinyCausalLM, TinyLMConfig
 from constrained_grpo.agents.text_adapter import TextRolloutAdapter, is_text_env
@@ -158,7 +158,7 @@ TEXT_PRESETS: dict[str, TextPreset] = {
         LMConfig(n_layers=1, d_model=32, n_heads=2, d_ff=64, context=96, max_new_tokens=48,
                  sft_steps=20, sft_batch_size=16, sft_examples=200),
     ),
-    # The acceptance runs on Math/ChainSum-v0 (docs in text_experiment).
+    # The math task's runs of `cgrpo bench --preset standard` (its math scope).
     "standard": TextPreset({**_TEXT_GRPO, "num_groups": 8, "group_size": 8}),
     "paper": TextPreset({**_TEXT_GRPO, "num_groups": 16, "group_size": 16, "minibatches": 4}),
 }
@@ -197,7 +197,11 @@ def build_text_policy(lm: LMConfig, env: Any = None, seed: int = 0, log: Callabl
             "pass lm={'init_from': <checkpoint>} or lm={'sft_steps': 0}"
         )
     pairs = demos(lm.sft_examples, seed=seed, mixture=lm.sft_mixture)
-    result = supervised_warm_start(policy, pairs, lm.sft_steps, lm.sft_batch_size, lm.sft_lr, seed=seed, log=log)
+    # Cached per (architecture, seed, SFT settings, demonstrations) when the harness names a
+    # cache directory: every algorithm of a task and seed then shares one warm start.
+    model_key = {"seed": int(seed), "architecture": asdict(config), "temperature": lm.temperature}
+    result = cached_warm_start(policy, pairs, lm.sft_steps, lm.sft_batch_size, lm.sft_lr, seed=seed,
+                               model_key=model_key, cache_dir=warmstart_cache_dir(), log=log)
     return policy, result
 
 

@@ -3,7 +3,8 @@
 Reward = correctness of the final answer; costs = ``length`` (over the token budget),
 ``format`` (no final ``#### <number>``) and ``banned`` (a banned pattern). Modules:
 ``extract`` (the answer extractor, which never evaluates text), ``problems`` (sources),
-``solutions`` (worked solutions for the warm start), ``scoring`` and ``env``.
+``solutions`` (worked solutions for the warm start), ``scoring``, ``env`` and ``binding``
+(whether a task's length limit binds at the reward maximiser).
 """
 
 from constrained_grpo.envs.math.env import MathEnv

@@ -29,6 +29,14 @@ BUILTIN_MATH_TASKS: tuple[TaskInfo, ...] = (
         source="chainsum", difficulty=1, max_tokens=40,
     ),
     _math("ChainSumHard", "sums and differences of 2-4 terms of up to two digits; budget 64", source="chainsum", difficulty=2, max_tokens=64),
+    # A worked solution of 3 terms (26-30 characters) does not fit in 20 while one of 2 terms
+    # (16-18) and the bare answer (6-7) do: numbers in docs/benchmark.md and envs/math/binding.py.
+    _math(
+        "ChainSumLong",
+        "ChainSum-v0's problems on a budget of 20 chars: worked solutions of 3 terms do not fit, "
+        "so the length limit cuts the working",
+        source="chainsum", difficulty=1, max_tokens=20,
+    ),
     _math("Arithmetic", "two operations among + - * with explicit brackets; budget 48", source="arithmetic", difficulty=2, max_tokens=48),
     _math(
         "WordProblems",

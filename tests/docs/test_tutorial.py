@@ -8,6 +8,11 @@ The tutorial's fenced blocks are run as written, in one temporary working folder
 * ```python file=NAME``` blocks are saved as NAME in the folder, not run;
 * ```python excerpt``` blocks (parts of repository files) and every other fence are shown only.
 
+Every run block is followed by a ```text output``` block: what it prints on stdout. The run
+checks it: each non-blank line of the block must occur among the printed lines, in the same
+order (other printed lines may come between), where ``...`` inside a line stands for any
+text (timings, absolute paths).
+
 Select with ``pytest -m tutorial`` or by file; it is part of ``make test``.
 """
 
@@ -78,6 +83,11 @@ class Block:
     def runs(self) -> bool:
         return self.lang == "bash" or (self.lang == "python" and len(self.info.split()) == 1)
 
+    @property
+    def is_output(self) -> bool:
+        """A ```text output``` block: the expected stdout of the run block before it."""
+        return self.info.split() == ["text", "output"]
+
 
 def parse_blocks(markdown: str) -> list[Block]:
     """The fenced blocks of ``markdown``, in order."""
@@ -85,6 +95,28 @@ def parse_blocks(markdown: str) -> list[Block]:
         Block(m.group(1).strip(), m.group(2), markdown.count("\n", 0, m.start()) + 1)
         for m in _FENCE.finditer(markdown)
     ]
+
+
+def output_mismatch(expected: str, printed: str) -> str | None:
+    """The first line of ``expected`` not found in ``printed`` (in order, ``...`` matching any
+    text), or None when every non-blank expected line is found."""
+    lines = [line.rstrip() for line in printed.splitlines()]
+    i = 0
+    for want in (line.rstrip() for line in expected.splitlines()):
+        if not want.strip():
+            continue
+        pattern = re.compile(".*".join(re.escape(part) for part in want.split("...")) + r"\Z")
+        while i < len(lines) and not pattern.match(lines[i]):
+            i += 1
+        if i == len(lines):
+            return want
+        i += 1
+    return None
+
+
+def expected_outputs(blocks: list[Block]) -> dict[int, Block]:
+    """Index of each run block -> the ```text output``` block right after it."""
+    return {i: blocks[i + 1] for i, b in enumerate(blocks[:-1]) if b.runs and blocks[i + 1].is_output}
 
 
 def tutorial_env() -> dict[str, str]:
@@ -123,14 +155,30 @@ def test_tutorial_blocks_are_parsed() -> None:
     assert files == ["course_env.py", "course_agent.py"]
     commands = "\n".join(b.text for b in run if b.lang == "bash")
     for cmd in ("cgrpo envs --family gridworld", "cgrpo check Grid/HazardFuel3x3-v0", "cgrpo train ",
-                "python -m constrained_grpo.eval.coupling demo --out", "python -m constrained_grpo.agents.experiment",
-                "python -m constrained_grpo.eval.coupling analyze", "cgrpo bench --preset quick",
-                "cgrpo leaderboard ", "cgrpo plot "):
+                "python -m constrained_grpo.eval.coupling demo --out", "cgrpo bench --preset coupling",
+                "python -m constrained_grpo.eval.coupling analyze", "cgrpo bench --preset demo",
+                "cgrpo leaderboard ", "--explain", "cgrpo plot "):
         assert cmd in commands, f"docs/tutorial.md no longer runs {cmd!r}"
     # Every block is either run, saved, or explicitly marked as shown only.
     for b in blocks:
         if b.lang in ("bash", "python"):
             assert b.runs or b.file or b.info.split()[1:] == ["excerpt"], f"line {b.line}: unknown fence {b.info!r}"
+
+
+def test_every_run_block_shows_its_output() -> None:
+    blocks = _blocks()
+    outputs = expected_outputs(blocks)
+    missing = [b.line for i, b in enumerate(blocks) if b.runs and i not in outputs]
+    assert not missing, f"docs/tutorial.md: the blocks at lines {missing} show no ```text output``` after them"
+
+
+def test_output_matching() -> None:
+    printed = "header\n  return 1.1900 (optimum R* 1.2000)\ndone in 2.6 s -> runs/x\nfooter\n"
+    assert output_mismatch("  return 1.1900 (optimum R* 1.2000)\ndone in ... s -> runs/x\n", printed) is None
+    assert output_mismatch("done in ... s -> runs/x\n  return 1.1900 (optimum R* 1.2000)", printed) == (
+        "  return 1.1900 (optimum R* 1.2000)")  # out of order
+    assert output_mismatch("  return 1.2000 (optimum R* 1.2000)", printed) == "  return 1.2000 (optimum R* 1.2000)"
+    assert output_mismatch("done in 2.6 s", printed) == "done in 2.6 s"  # a whole line, not a part
 
 
 def test_tutorial_mentions_the_files_it_checks() -> None:
@@ -160,7 +208,9 @@ def test_tutorial_links_resolve() -> None:
 def test_tutorial_commands_run(tmp_path: Path) -> None:
     env = tutorial_env()
     log = []
-    for block in _blocks():
+    blocks = _blocks()
+    outputs = expected_outputs(blocks)
+    for index, block in enumerate(blocks):
         if not (block.runs or block.file):
             continue
         start = time.perf_counter()
@@ -170,6 +220,12 @@ def test_tutorial_commands_run(tmp_path: Path) -> None:
             f"docs/tutorial.md line {block.line} ({block.info}) exited with {proc.returncode}:\n{block.text}\n"
             f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
         )
+        if index in outputs:
+            wrong = output_mismatch(outputs[index].text, proc.stdout)
+            assert wrong is None, (
+                f"docs/tutorial.md line {block.line}: its shown output (line {outputs[index].line}) says\n{wrong}\n"
+                f"which it did not print:\n--- stdout ---\n{proc.stdout[-4000:]}"
+            )
     missing = [rel for rel in EXPECTED_FILES if not (tmp_path / rel).exists()]
     assert not missing, f"the tutorial's commands did not write {missing}\n" + "\n".join(log)
     print("\n".join(log))

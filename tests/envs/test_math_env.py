@@ -308,3 +308,50 @@ def test_reasoning_gym_missing_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match=r"constrained-grpo\[math\]"):
         make_source("rg:chain_sum")
+
+
+# --- Math/ChainSumLong-v0: a task where the length limit binds ---------------------------
+
+
+def test_chain_sum_long_budget_cuts_exactly_the_worked_solutions_of_three_terms():
+    # A worked step "a + b = c" of one-digit terms with the final line: 2 terms take at most
+    # "9 + 9 = 18\n#### 18" = 18 characters, 3 terms at least "1 + 2 = 3\n3 + 4 = 7\n#### 7"
+    # = 25, so the budget of 20 cuts a concise solution iff the problem has 3 terms.
+    env = make_env("Math/ChainSumLong-v0").unwrapped
+    assert env.rules.max_tokens == 20 and [c.limit for c in env.constraints] == [0.1, 0.1, 0.05]
+    rng = np.random.default_rng(0)
+    terms = []
+    for s in range(600):
+        p = env.problem_for_seed(s)
+        terms.append(len(p.steps) + 1)
+        assert (len(worked_solution(p, "concise", rng)) > 20) == (terms[-1] == 3), p.prompt
+        assert len(worked_solution(p, "direct", rng)) <= 7  # "#### 27" at most: the bare answer fits
+    # Terms are uniform on {2, 3}: about half of the worked solutions break the budget.
+    assert abs(np.mean(np.asarray(terms) == 3) - 1 / 2) < 0.05
+
+
+def test_chain_sum_long_warm_start_data_breaks_the_length_limit_most_of_the_time():
+    from constrained_grpo.envs.math.binding import style_violation_rates
+
+    rates = style_violation_rates("Math/ChainSumLong-v0", n=600)
+    assert rates["direct"] == 0.0 and rates["verbose"] == rates["phrase"] == rates["tool"] == 1.0
+    assert abs(rates["concise"] - 1 / 2) < 0.05
+    # 0.35 * 1/2 + 0.30 + 0.20 + 0.05 ~= 0.725: a perfect imitator of the warm-start data
+    # violates the length limit 0.1 about seven times over.
+    expected = sum(DEFAULT_MIXTURE[s] * rates[s] for s in STYLES)
+    assert rates["mixture"] == pytest.approx(expected) and 0.70 < rates["mixture"] < 0.75
+    # On ChainSum-v0 (budget 40) the concise solution always fits: there the limit does not bind
+    # at the reward maximiser, which is why the GRPO learners do not separate on it.
+    assert style_violation_rates("Math/ChainSum-v0", n=300)["concise"] == 0.0
+
+
+def test_length_split_conditions_accuracy_on_the_length_cost():
+    from constrained_grpo.envs.math.binding import length_split
+
+    split = length_split(np.array([1, 1, 0, 1, 0, 0, 0, 1.0]), np.array([1, 1, 1, 1, 0, 0, 0, 1.0]))
+    # long: returns 1,1,0,1,1 -> 4/5; short: 0,0,0 -> 0; overall 4/8.
+    assert (split.n, split.violation_rate, split.accuracy) == (8, 5 / 8, 0.5)
+    assert (split.accuracy_long, split.accuracy_short) == (0.8, 0.0)
+    assert np.isnan(length_split(np.ones(3), np.zeros(3)).accuracy_long)
+    with pytest.raises(ValueError, match="equal, non-empty 1-D"):
+        length_split(np.ones(3), np.ones(2))

@@ -1,0 +1,101 @@
+"""The leaderboard's plain sentences (constrained_grpo.eval.explain) and ``cgrpo leaderboard --explain``.
+
+The numbers are worked out by hand from the per-run rows below: the 3x3 gridworld's limits
+(hazard <= 0.2 as an indicator, fuel <= 4.4) and its optimum R* = 1.2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from constrained_grpo.cli import main
+from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval.explain import algo_summary, explain, explain_sentence, explain_task
+from constrained_grpo.eval.runner import TaskMeta
+
+META = TaskMeta(
+    "Grid/HazardFuel3x3-v0", "gridworld",
+    (Constraint("hazard", 0.2, "", indicator=True), Constraint("fuel", 4.4, "")),
+    optimum_return=1.2, unconstrained_return=1.5,
+)
+
+
+def _run(algo: str, seed: int, ret: float, hazard: float, fuel: float, within_h: float, within_f: float,
+         reference: bool = False) -> dict[str, object]:
+    vh, vf = max(0.0, hazard - 0.2) / 0.2, max(0.0, fuel - 4.4) / 4.4
+    return {"task": META.task, "algo": algo, "seed": seed, "reference": reference, "eval_return": ret,
+            "eval_cost_hazard": hazard, "eval_cost_fuel": fuel, "within_hazard": within_h, "within_fuel": within_f,
+            "violation_hazard": vh, "violation_fuel": vf, "feasible": max(vh, vf) <= 0.1}
+
+
+RUNS = pd.DataFrame([
+    # Both seeds feasible: mean return (1.18 + 1.2) / 2 = 1.19.
+    _run("cgrpo", 0, 1.18, 0.10, 4.40, 0.90, 0.60),
+    _run("cgrpo", 1, 1.20, 0.20, 4.40, 0.80, 0.60),
+    # Fuel 6 on both seeds: violation (6 - 4.4) / 4.4 = 0.36 > 0.1; no episode within 4.4.
+    _run("ppo", 0, 1.50, 0.00, 6.00, 1.00, 0.00),
+    _run("ppo", 1, 1.50, 0.00, 6.00, 1.00, 0.00),
+    # Seed 1 hits the hazard in 40% of episodes: violation (0.4 - 0.2) / 0.2 = 1; mean hazard 0.25.
+    _run("grpo-screw", 0, 1.00, 0.10, 4.00, 0.90, 1.00),
+    _run("grpo-screw", 1, 1.00, 0.40, 3.00, 0.60, 1.00),
+    _run("ref-optimal", 0, 1.20, 0.20, 4.40, 0.80, 0.60, reference=True),
+])
+
+
+def _lb(order: list[str]) -> SimpleNamespace:
+    return SimpleNamespace(runs=RUNS, per_task={META.task: pd.DataFrame({"algo": order})})
+
+
+def test_summary_numbers() -> None:
+    s = algo_summary(RUNS[RUNS["algo"] == "grpo-screw"], META)
+    assert s["seeds"] == 2 and s["feasible"] == 1
+    assert s["return"] == pytest.approx(1.0)
+    assert s["cost"] == pytest.approx({"hazard": 0.25, "fuel": 3.5})
+    assert s["over"] == pytest.approx({"hazard": 0.25, "fuel": 0.0})
+    assert s["broken"] == {"hazard": 1, "fuel": 0}
+    assert s["broken_cost"]["hazard"] == pytest.approx(0.4) and s["broken_over"]["hazard"] == pytest.approx(0.4)
+
+
+def test_sentences_in_rank_order_then_references() -> None:
+    lines = explain_task(_lb(["cgrpo", "grpo-screw", "ppo"]), META)
+    assert lines == [
+        "cgrpo: within both limits on all 2 seeds, return 1.19 against R* = 1.2.",
+        # Over the seed that breaks it: hazard 0.4, 1 - 0.6 = 40% of its episodes.
+        "grpo-screw: return 1 against R* = 1.2; within both limits on 1/2 seeds; breaks the hazard limit on 1/2 "
+        "seeds (hazard 0.4 per episode against 0.2, 40% of episodes over it, on those seeds).",
+        "ppo: highest return, 1.5 against R* = 1.2; breaks the fuel limit on 2/2 seeds (fuel 6 per episode "
+        "against 4.4, 100% of episodes over it).",
+        "ref-optimal (reference, unranked): within both limits on its only seed, return 1.2 against R* = 1.2.",
+    ]
+
+
+def test_explain_heading_and_task_without_optimum() -> None:
+    text = explain(_lb(["cgrpo", "grpo-screw", "ppo"]), {META.task: META})
+    assert text.splitlines()[0] == "Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):"
+    assert len(text.splitlines()) == 5
+    plain = TaskMeta("T", "x", (Constraint("cost", 25.0, ""),))
+    summary = {"seeds": 3, "feasible": 3, "return": 12.96, "cost": {"cost": 20.0}, "over": {"cost": 0.1},
+               "broken": {"cost": 0}}
+    assert explain_sentence("ppo-lag", summary, plain) == "ppo-lag: within the limit on all 3 seeds, return 13."
+
+
+def test_cli_explain_flag(toy_results: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["leaderboard", str(toy_results), "--explain", "--quiet", "--out", str(toy_results.parent / "lb_explain")]) == 0
+    out = capsys.readouterr().out
+    words = out.split("In words:\n", 1)[1].splitlines()
+    assert words[0].startswith("Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):")
+    algos = sorted(line.split(":")[1].strip() for line in words[1:])
+    assert len(words) == 3 and all(line.startswith("  cgrpo_toy_agent:") for line in words[1:]), words
+    assert len(set(algos)) == 2
+
+
+def test_module_example() -> None:
+    import doctest
+
+    import constrained_grpo.eval.explain as module
+
+    assert doctest.testmod(module).failed == 0
