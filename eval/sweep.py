@@ -232,6 +232,7 @@ class _LocalBackend:
         self.queue = self._ctx.Queue()
         self._watch_r, self._watch_w = self._ctx.Pipe(duplex=False)
         self._jobs: dict[cf.Future, tuple[RunSpec, int, cf.ProcessPoolExecutor]] = {}
+        self._finished: list[cf.ProcessPoolExecutor] = []
 
     def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
         for tries_left in (2, 1, 0):
@@ -257,6 +258,7 @@ class _LocalBackend:
         for fut in finished:
             spec, attempt, pool = self._jobs.pop(fut)
             pool.shutdown(wait=False)
+            self._finished.append(pool)
             try:
                 outcomes.append(fut.result())
             except cf.process.BrokenProcessPool:
@@ -290,6 +292,14 @@ class _LocalBackend:
                 with contextlib.suppress(Exception):
                     proc.join(5.0)
         self._jobs.clear()
+        # A finished pool's manager thread may still be closing its wakeup pipe; the interpreter's
+        # exit hook writes to every registered pipe unlocked, and one closed under it prints
+        # "Exception ignored ... Bad file descriptor" after the sweep. Let those threads end first.
+        for pool in self._finished:
+            thread = getattr(pool, "_executor_manager_thread", None)
+            if thread is not None:
+                thread.join(10.0)
+        self._finished.clear()
         self.queue.close()
         self.queue.cancel_join_thread()
         self._watch_r.close()
