@@ -56,20 +56,19 @@ from constrained_grpo.constraints import Constraint, costs_from_info, get_constr
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
-from constrained_grpo.registry import EvalResult
+from constrained_grpo.registry import EvalResult, register_agent
 from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
 from constrained_grpo.wrappers import RecordEpisodeCost
 
 __all__ = [
     "BASELINES",
     "BaselineAgent",
+    "BaselineFactory",
     "BaselineSpec",
     "load_agent",
     "make_baseline",
     "make_baseline_vec_env",
-    "make_pid_lag",
-    "make_ppo",
-    "make_ppo_lag",
+    "register_baselines",
     "resolve_baseline_config",
     "sb3_ppo_kwargs",
 ]
@@ -84,19 +83,27 @@ _ACTIVATION_FN: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 @dataclass(frozen=True)
 class BaselineSpec:
-    """One registered baseline.
+    """One registered baseline: a row of :data:`BASELINES` is all that registers it
+    (:func:`register_baselines`, entry point :class:`BaselineFactory`).
 
     Attributes:
-        config_cls: ``PPOConfig`` (unconstrained) or ``PPOLagConfig``.
-        preset: options that override the config class's defaults for this name.
+        config_cls: ``PPOConfig`` (unconstrained), ``PPOLagConfig`` or a subclass; a
+            subclass builds its own model (``build_model``) or agent (``agent_class``).
+        preset: options that override the config class's defaults for this name (the
+            registry's ``defaults``).
         description: one line for listings.
+        lambda_in_reward_units: whether lambda multiplies costs against the reward in reward
+            units (None: the same as ``constrained``).
     """
 
     config_cls: type[PPOConfig]
     preset: Mapping[str, Any]
     description: str
-    #: Whether lambda multiplies costs against the reward in reward units (None: = constrained).
     lambda_in_reward_units: bool | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.config_cls, type) and issubclass(self.config_cls, PPOConfig)):
+            raise TypeError(f"BaselineSpec config_cls={self.config_cls!r} must be PPOConfig or a subclass of it")
 
     @property
     def constrained(self) -> bool:
@@ -577,21 +584,34 @@ def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, 
     return {"kind": "baseline", "algo": name, "config": cfg.resolved(use_batched_env(env_id, cfg)).to_dict()}
 
 
-def make_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
-    """Registry entry point of ``ppo``."""
-    return make_baseline("ppo", env_id, seed, **config)
+@dataclass(frozen=True)
+class BaselineFactory:
+    """The registry entry point of the :data:`BASELINES` row ``name``: calling it is
+    ``make_baseline(name, env_id, seed, **config)``, and ``resolve_config(env_id, **config)``
+    (read by ``registry.resolve_config``) is ``resolve_baseline_config(name, env_id, **config)``.
+    Frozen, so that registering the same row twice registers an equal spec (a no-op)."""
+
+    name: str
+
+    def __call__(self, env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
+        return make_baseline(self.name, env_id, seed, **config)
+
+    def resolve_config(self, env_id: str, **config: Any) -> dict[str, Any]:
+        return resolve_baseline_config(self.name, env_id, **config)
 
 
-def make_ppo_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
-    """Registry entry point of ``ppo-lag``."""
-    return make_baseline("ppo-lag", env_id, seed, **config)
-
-
-def make_pid_lag(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
-    """Registry entry point of ``pid-lag``."""
-    return make_baseline("pid-lag", env_id, seed, **config)
-
-
-for _name, _factory in (("ppo", make_ppo), ("ppo-lag", make_ppo_lag), ("pid-lag", make_pid_lag)):
-    # registry.resolve_config reads it: a run's config.json records the resolved sizes.
-    _factory.resolve_config = partial(resolve_baseline_config, _name)  # type: ignore[attr-defined]
+def register_baselines() -> None:
+    """Register every row of :data:`BASELINES` under its key (idempotent): a new baseline
+    is one row there (then this call, which importing the package makes)."""
+    for name, spec in BASELINES.items():
+        register_agent(
+            name,
+            BaselineFactory(name),
+            defaults=spec.preset,
+            description=spec.description,
+            constrained=spec.constrained,
+            # PPO-Lagrangian mixes (A_r - sum lambda A_c) / (1 + sum lambda): lambda in reward units;
+            # a row says otherwise where its multipliers weigh something else (CPO's nu, CUP's nu
+            # against a KL, P3O's fixed penalty) or there are none (Saute).
+            lambda_in_reward_units=spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units,
+        )

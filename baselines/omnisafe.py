@@ -306,20 +306,6 @@ class OmniSafeTRPOLag(OmniSafeMixin, TRPOLagrangian):
         return float(np.mean(vl)), float(np.mean(cl))
 
 
-def _omnisafe_kwargs(config: Any) -> dict[str, Any]:
-    return dict(
-        obs_normalize=config.obs_normalize, obs_clip=config.obs_clip, critic_lr=config.critic_lr,
-        critic_l2=config.critic_l2, linear_lr_decay=config.linear_lr_decay, reset_each_rollout=config.reset_each_rollout,
-    )
-
-
-def _check_omnisafe(config: Any) -> None:
-    for name in ("obs_clip", "critic_lr", "critic_l2"):
-        value = getattr(config, name)
-        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-            raise ValueError(f"{name}={value!r} must be a finite number >= 0")
-
-
 def _sb3_kwargs(sb3_kwargs: dict[str, Any]) -> dict[str, Any]:
     # OmniSafe's kaiming_uniform(a=sqrt(5)) with torch's default bias is nn.Linear's own
     # initialisation, which SB3 keeps when ortho_init is off.
@@ -327,8 +313,9 @@ def _sb3_kwargs(sb3_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class OmniSafePPOLagConfig(PPOLagConfig):
-    """PPO-Lagrangian with OmniSafe 0.5.0's conventions (module docstring)."""
+class _OmniSafeOptions:
+    """The options both OmniSafe configs add to their SB3 config (listed first in the bases,
+    so that their fields follow the SB3 config's and ``__post_init__`` runs its checks too)."""
 
     obs_normalize: bool = True
     """Running mean/std normalisation of observations (OmniSafe ``algo_cfgs.obs_normalize``)."""
@@ -344,40 +331,43 @@ class OmniSafePPOLagConfig(PPOLagConfig):
     """Reset every env at the start of each rollout (OmniSafe's epochs)."""
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_omnisafe(self)
+        super().__post_init__()  # type: ignore[misc]  # the SB3 config's checks
+        for name in ("obs_clip", "critic_lr", "critic_l2"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"{type(self).__name__}.{name}={value!r} must be a finite number >= 0")
+
+    def omnisafe_kwargs(self) -> dict[str, Any]:
+        """These options as the keywords of :class:`OmniSafePPOLag` / :class:`OmniSafeTRPOLag`."""
+        return dict(
+            obs_normalize=self.obs_normalize, obs_clip=self.obs_clip, critic_lr=self.critic_lr,
+            critic_l2=self.critic_l2, linear_lr_decay=self.linear_lr_decay, reset_each_rollout=self.reset_each_rollout,
+        )
+
+
+@dataclass(frozen=True)
+class OmniSafePPOLagConfig(_OmniSafeOptions, PPOLagConfig):
+    """PPO-Lagrangian with OmniSafe 0.5.0's conventions (module docstring)."""
 
     def build_model(self, env: VecEnv, constraints: Sequence[Constraint], multiplier: Multiplier,
                     sb3_kwargs: dict[str, Any]) -> OmniSafePPOLag:
-        return OmniSafePPOLag(env, constraints, multiplier, **_omnisafe_kwargs(self), **lag_model_kwargs(self),
+        return OmniSafePPOLag(env, constraints, multiplier, **self.omnisafe_kwargs(), **lag_model_kwargs(self),
                               **_sb3_kwargs(sb3_kwargs))
 
 
 @dataclass(frozen=True)
-class OmniSafeTRPOLagConfig(TRPOLagConfig):
+class OmniSafeTRPOLagConfig(_OmniSafeOptions, TRPOLagConfig):
     """TRPO-Lagrangian with OmniSafe 0.5.0's conventions (module docstring)."""
 
-    obs_normalize: bool = True
-    """As :class:`OmniSafePPOLagConfig`."""
-    obs_clip: float = 5.0
-    """As :class:`OmniSafePPOLagConfig`."""
     critic_lr: float = 1e-3
     """Adam lr of each critic (TRPOLag.yaml ``model_cfgs.critic.lr``)."""
-    critic_l2: float = 1e-3
-    """As :class:`OmniSafePPOLagConfig`."""
     linear_lr_decay: bool = False
     """Unused by the trust-region actor step (TRPOLag.yaml: False)."""
-    reset_each_rollout: bool = True
-    """As :class:`OmniSafePPOLagConfig`."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_omnisafe(self)
 
     def build_model(self, env: VecEnv, constraints: Sequence[Constraint], multiplier: Multiplier,
                     sb3_kwargs: dict[str, Any]) -> OmniSafeTRPOLag:
         return OmniSafeTRPOLag(
-            env, constraints, multiplier, **_omnisafe_kwargs(self),
+            env, constraints, multiplier, **self.omnisafe_kwargs(),
             trust_region_kl=self.trust_region_kl, cg_iters=self.cg_iters, cg_damping=self.cg_damping,
             line_search_steps=self.line_search_steps, line_search_coef=self.line_search_coef,
             **lag_model_kwargs(self), **_sb3_kwargs(sb3_kwargs),

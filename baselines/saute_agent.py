@@ -1,19 +1,19 @@
-"""``saute-ppo``: the Contract-2 agent of Saute RL (:mod:`constrained_grpo.baselines.saute`)."""
+"""``saute-ppo``: the Contract-2 agent of Saute RL (:mod:`constrained_grpo.baselines.saute`), built
+through ``SauteConfig.agent_class`` by its ``BASELINES`` row."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import numpy as np
 from stable_baselines3 import PPO
 
-from constrained_grpo.baselines.agent import BaselineAgent, make_baseline, resolve_baseline_config, sb3_ppo_kwargs
+from constrained_grpo.baselines.agent import BaselineAgent, sb3_ppo_kwargs
 from constrained_grpo.baselines.config import PPOConfig
 from constrained_grpo.baselines.saute import SauteConfig, SauteObservation, SauteVecEnv, _check_limits
 from constrained_grpo.constraints import override_limits
 
-__all__ = ["SauteAgent", "make_saute_ppo"]
+__all__ = ["SauteAgent"]
 
 
 class SauteAgent(BaselineAgent):
@@ -45,10 +45,3 @@ class SauteAgent(BaselineAgent):
     def multipliers(self) -> np.ndarray:
         return np.zeros(0)
 
-
-def make_saute_ppo(env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
-    """Registry entry point of ``saute-ppo``."""
-    return make_baseline("saute-ppo", env_id, seed, **config)
-
-
-make_saute_ppo.resolve_config = partial(resolve_baseline_config, "saute-ppo")  # type: ignore[attr-defined]
