@@ -528,17 +528,21 @@ def print_summary(m: Any, meta: Any) -> None:
     # NaN first seed: an agent without act() evaluated itself (protocol owner "agent").
     where = f"from reset seeds {int(first)}+i" if first == first else "from the agent's own evaluate()"
     from constrained_grpo.eval.leaderboard import DEFAULT_TOL as tol  # run_metrics' default too
+    from constrained_grpo.eval.metrics import Z95
 
+    verdict = {"feasible": "FEASIBLE", "violates": "INFEASIBLE", "undetermined": "TOO CLOSE TO CALL"}[m["feasibility"]]
     print(f"  final policy, {int(m['eval_episodes'])} episodes {where}, "
-          f"{m['primary_policy']} actions: {'FEASIBLE' if m['feasible'] else 'INFEASIBLE'} (tolerance {tol:g} on (J - d)/d)")
+          f"{m['primary_policy']} actions: {verdict} (95% interval of each cost against d(1 + {tol:g}))")
     line = f"  return {m['eval_return']:.4f}"
     if meta.optimum_return is not None:
         line += f" (optimum R* {meta.optimum_return:.4f} for these limits, normalised {m['eval_return_norm']:.3f})"
     print(line)
     for c in meta.constraints:
-        v = m[f"violation_{c.name}"]
-        ok = "ok" if v <= 0 else (f"over by {v:.1%}, within the {tol:.0%} tolerance" if v <= tol else f"VIOLATED by {v:.1%}")
-        print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} vs limit {c.limit:g} ({ok}); "
+        v, verdict_k = m[f"violation_{c.name}"], m[f"verdict_{c.name}"]
+        point = "at or under it" if v <= 0 else f"over by {v:.1%}"
+        ok = {"within": "kept", "over": "VIOLATED", "undetermined": "too close to call"}[verdict_k]
+        half = Z95 * m[f"eval_cost_se_{c.name}"]
+        print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} ± {half:.4f} vs limit {c.limit:g} ({point}; {ok}); "
               f"{m[f'within_{c.name}']:.0%} of episodes within")
     greedy = "feasible" if m["greedy_feasible"] else "infeasible"
     tail = "feasible" if m["tail_feasible"] else "infeasible"
@@ -668,7 +672,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.explain:
         from constrained_grpo.eval.explain import explain
 
-        print("\nIn words:\n" + explain(lb, tasks, DEFAULT_TOL if args.tol is None else args.tol))
+        print("\nIn words:\n" + explain(lb, tasks))
     return 0
 
 

@@ -1,11 +1,14 @@
 """One plain sentence per algorithm of a leaderboard, built from its numbers.
 
 Per task, the ranked algorithms in rank order, then the reference policies. A sentence says
-whether the algorithm's evaluated policy keeps every limit (on how many seeds: a seed keeps
-them when ``max_k max(0, J_k - d_k) / d_k <= tol``, the leaderboard's feasibility), its mean
-evaluated return ``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the
-task has one, and for each broken limit the mean cost ``J_k`` against ``d_k`` and the share
-of evaluation episodes over ``d_k`` (``1 - within_k``), over the seeds that break it. "highest return" marks the ranked
+whether the algorithm's evaluated policy keeps every limit, with the leaderboard's
+three-valued verdict per seed (``metrics.cost_verdict``: a seed keeps the limits when the 95%
+interval ``J_k +- 1.96 se_k`` of each evaluated cost lies within ``d_k (1 + tol)``, breaks limit k
+when it lies wholly above, and cannot be told otherwise), its mean evaluated return
+``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the task has one, for each
+broken limit the mean cost ``J_k`` against ``d_k`` and the share of evaluation episodes over
+``d_k`` (``1 - within_k``) over the seeds that break it, and for the seeds that cannot be told
+the mean cost and interval half-width ``1.96 se_k``. "highest return" marks the ranked
 algorithm(s) with the largest ``R``.
 
 >>> print(explain_sentence("ppo", {"return": 1.5, "seeds": 5, "feasible": 0, "broken": {"hazard": 5},
@@ -22,7 +25,8 @@ from typing import Any
 import pandas as pd
 
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval.leaderboard import DEFAULT_TOL, Leaderboard
+from constrained_grpo.eval.leaderboard import Leaderboard
+from constrained_grpo.eval.metrics import Z95
 from constrained_grpo.schema import TaskMeta
 
 __all__ = ["algo_summary", "explain", "explain_sentence", "explain_task"]
@@ -42,24 +46,35 @@ def _limits_word(k: int) -> str:
     return "the limit" if k == 1 else ("both limits" if k == 2 else f"all {k} limits")
 
 
-def algo_summary(runs: pd.DataFrame, meta: TaskMeta, tol: float = DEFAULT_TOL) -> dict[str, Any]:
+def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
     """What a sentence needs from one algorithm's runs (rows of ``Leaderboard.runs``) on one task:
-    seeds, feasible seeds, mean return, and per constraint the mean cost, the share of
-    episodes over the limit and the seeds whose normalised violation exceeds ``tol``."""
+    seeds, feasible and undetermined seeds, mean return, and per constraint the mean cost, the
+    share of episodes over the limit, the seeds that break it (verdict "over", from the
+    tolerance the leaderboard was built with) and those that cannot be told."""
     g = runs.sort_values("seed")
     names = meta.constraint_names
+    over = {k: g[f"verdict_{k}"] == "over" for k in names}
+    undetermined = g["feasibility"] == "undetermined"
+    unsure = {k: undetermined & (g[f"verdict_{k}"] == "undetermined") for k in names}
+
+    def mean_of(col: str, rows: pd.Series) -> float:
+        return _mean(g.loc[rows, col].astype(float).tolist())
+
     return {
         "seeds": len(g),
-        "feasible": int(g["feasible"].astype(bool).sum()),
+        "feasible": int((g["feasibility"] == "feasible").sum()),
+        "undetermined": int(undetermined.sum()),
         "return": _mean(g["eval_return"].astype(float).tolist()),
         "cost": {k: _mean(g[f"eval_cost_{k}"].astype(float).tolist()) for k in names},
         "over": {k: 1.0 - _mean(g[f"within_{k}"].astype(float).tolist()) for k in names},
-        "broken": {k: int((g[f"violation_{k}"].astype(float) > tol).sum()) for k in names},
+        "broken": {k: int(over[k].sum()) for k in names},
         # The same two numbers over the seeds that break limit k only: what "breaks" refers to.
-        "broken_cost": {k: _mean(g.loc[g[f"violation_{k}"].astype(float) > tol, f"eval_cost_{k}"].astype(float).tolist())
-                        for k in names},
-        "broken_over": {k: 1.0 - _mean(g.loc[g[f"violation_{k}"].astype(float) > tol, f"within_{k}"].astype(float).tolist())
-                        for k in names},
+        "broken_cost": {k: mean_of(f"eval_cost_{k}", over[k]) for k in names},
+        "broken_over": {k: 1.0 - mean_of(f"within_{k}", over[k]) for k in names},
+        # Over the undetermined seeds whose cost k cannot be told: J_k and 1.96 se_k.
+        "unsure": {k: int(unsure[k].sum()) for k in names},
+        "unsure_cost": {k: mean_of(f"eval_cost_{k}", unsure[k]) for k in names},
+        "unsure_half": {k: Z95 * mean_of(f"eval_cost_se_{k}", unsure[k]) for k in names},
     }
 
 
@@ -78,20 +93,26 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
     if f == n:
         return f"{name}: within {_limits_word(len(meta.constraints))} on {seeds}, {head}."
     limits = {c.name: c.limit for c in meta.constraints}
-    broken = []
+    parts = []
     for k, count in summary["broken"].items():
         if count:
             cost, over = summary.get("broken_cost", summary["cost"])[k], summary.get("broken_over", summary["over"])[k]
             where = "" if count == n else ", on those seeds"
-            broken.append(f"breaks the {k} limit on {count}/{n} seeds ({k} {_g(cost)} per episode against "
-                          f"{_g(limits[k])}, {over:.0%} of episodes over it{where})")
-    if not broken:  # infeasible through the mean violation of seeds that each stay within tol: not reachable
-        broken.append("breaks a limit")
+            parts.append(f"breaks the {k} limit on {count}/{n} seeds ({k} {_g(cost)} per episode against "
+                         f"{_g(limits[k])}, {over:.0%} of episodes over it{where})")
+    u = int(summary.get("undetermined", 0))
+    if u:
+        close = [f"{k} {_g(summary['unsure_cost'][k])} ± {_g(summary['unsure_half'][k])} against {_g(limits[k])}"
+                 for k, count in summary.get("unsure", {}).items() if count]
+        detail = f" ({'; '.join(close)}: the 95% interval over the evaluation episodes straddles the limit)" if close else ""
+        parts.append(f"too close to call on {u}/{n} seeds{detail}")
+    if not parts:  # neither feasible, broken nor undetermined: not reachable
+        parts.append("breaks a limit")
     kept = f"within {_limits_word(len(meta.constraints))} on {f}/{n} seeds; " if f else ""
-    return f"{name}: {head}; {kept}{'; '.join(broken)}."
+    return f"{name}: {head}; {kept}{'; '.join(parts)}."
 
 
-def explain_task(lb: Leaderboard, meta: TaskMeta, tol: float = DEFAULT_TOL) -> list[str]:
+def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
     """The sentences of one task: ranked algorithms in rank order, then the reference policies."""
     runs = lb.runs[lb.runs["task"] == meta.task]
     if runs.empty:
@@ -99,16 +120,16 @@ def explain_task(lb: Leaderboard, meta: TaskMeta, tol: float = DEFAULT_TOL) -> l
     is_ref = runs["reference"].astype(bool) if "reference" in runs else pd.Series(False, index=runs.index)
     ranked, refs = runs[~is_ref], runs[is_ref]
     order = lb.per_task[meta.task]["algo"].astype(str).tolist() if meta.task in lb.per_task else sorted(ranked["algo"].unique())
-    summaries = {a: algo_summary(ranked[ranked["algo"] == a], meta, tol) for a in order}
+    summaries = {a: algo_summary(ranked[ranked["algo"] == a], meta) for a in order}
     best = max((s["return"] for s in summaries.values() if math.isfinite(s["return"])), default=math.nan)
     lines = [explain_sentence(a, s, meta, highest=len(summaries) > 1 and math.isclose(s["return"], best, rel_tol=0, abs_tol=1e-9))
              for a, s in summaries.items()]
     for a in sorted(refs["algo"].unique()):
-        lines.append(explain_sentence(a, algo_summary(refs[refs["algo"] == a], meta, tol), meta, reference=True))
+        lines.append(explain_sentence(a, algo_summary(refs[refs["algo"] == a], meta), meta, reference=True))
     return lines
 
 
-def explain(lb: Leaderboard, tasks: Mapping[str, TaskMeta], tol: float = DEFAULT_TOL) -> str:
+def explain(lb: Leaderboard, tasks: Mapping[str, TaskMeta]) -> str:
     """Every task's sentences under a one-line heading (R* and the limits), as plain text."""
     out: list[str] = []
     for task in sorted(lb.runs["task"].unique()):
@@ -116,7 +137,7 @@ def explain(lb: Leaderboard, tasks: Mapping[str, TaskMeta], tol: float = DEFAULT
         limits = ", ".join(f"{c.name} <= {_g(c.limit)}" for c in meta.constraints)
         optimum = f"R* = {_g(meta.optimum_return)}; " if meta.optimum_return is not None else ""
         out.append(f"{task} ({optimum}limits {limits}):")
-        out += [f"  {line}" for line in explain_task(lb, meta, tol)]
+        out += [f"  {line}" for line in explain_task(lb, meta)]
     return "\n".join(out)
 
 

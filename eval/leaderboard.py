@@ -5,13 +5,16 @@ Rules (docs/benchmark.md, "Ranking"):
 * **What is scored.** Each run's final policy, evaluated by the harness on the same
   episodes as every other run of the task, sampling its actions (the primary evaluation;
   the greedy policy and the training tail, the "average iterate", are reported beside it).
-* **Feasible.** A run is feasible when max_k max(0, J_k - d_k)/d_k <= ``tol`` for its
-  evaluated costs J_k. An algorithm's feasibility on a task is the fraction of its seeds
-  that are feasible, and P(feasible): the fraction of bootstrap resamples of its seeds in
-  which the mean normalised violation is at most ``tol``.
-* **Score.** ``metrics.constrained_score``: max(normalised return, 0) for a feasible run,
-  minus its violation for an infeasible one, so that no infeasible run outscores a
-  feasible run. Ranks, aggregates and P(X > Y) use the score.
+* **Feasible, breaks, undetermined.** A verdict needs the data: a run is feasible when the
+  95% interval J_k +- 1.96 se_k of every evaluated cost (se over its evaluation episodes)
+  lies within d_k + tol c(d_k), it breaks limit k when that interval lies wholly above it,
+  and it is undetermined otherwise (``metrics.cost_verdict``). An algorithm's feasibility on
+  a task: its feasible and undetermined seeds, and P(feasible) (:func:`p_feasible`: the
+  seeds resampled and the evaluation noise added).
+* **Score.** ``metrics.constrained_score`` from the point estimates: max(normalised
+  return, 0) for a run with max_k max(0, J_k - d_k)/c(d_k) <= tol, minus that violation
+  otherwise, so that no run over the tolerance outscores one within it. Ranks, aggregates
+  and P(X > Y) use the score.
 * **Ranks are shared unless separated.** On a task, algorithm A's rank is 1 + the number
   of algorithms that are better than A with a 95% bootstrap interval of the difference in
   mean score (paired by seed) that excludes 0. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
@@ -44,6 +47,7 @@ from scipy.stats import rankdata
 from constrained_grpo.eval import stats, storage
 from constrained_grpo.eval.loader import check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.metrics import run_metrics
+from constrained_grpo.eval.stability import limit_scale
 from constrained_grpo.schema import TaskMeta
 
 __all__ = [
@@ -55,6 +59,7 @@ __all__ = [
     "build_leaderboard",
     "check_submission",
     "comparability",
+    "p_feasible",
     "render_html",
     "render_markdown",
     "shared_ranks",
@@ -231,6 +236,33 @@ def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
 # ---------------------------------------------------------------------------- per task
 
 
+def p_feasible(g: pd.DataFrame, meta: TaskMeta, tol: float, *, reps: int = stats.BOOTSTRAP_REPS,
+               seed: int = stats.BOOTSTRAP_SEED) -> float:
+    """P(feasible) of one algorithm's runs ``g`` (rows of ``run_metrics``) on task ``meta``.
+
+    The share of replicates b in which (1/n) sum_i max_k max(0, J*_{i,k} - d_k)/c(d_k) <= tol,
+    where the n seeds i are resampled with replacement and J*_{i,k} = J_{i,k} + se_{i,k} eps_{b,k}
+    adds the evaluation's own noise (se: the standard error of J over the episodes; none
+    where it is unknown). One eps_{b,k} ~ N(0, 1) per replicate and constraint is shared by
+    every seed: all runs of a task are evaluated on the same episodes, so their errors are
+    correlated, and full correlation is the widest case. Seeds alone would call a policy
+    that sits at its limit on unlucky episodes certainly infeasible."""
+    names = meta.constraint_names
+    if not names or g.empty:
+        return float((g["violation"] <= tol).mean()) if len(g) else math.nan
+    cost = np.column_stack([g[f"eval_cost_{k}"].to_numpy(dtype=float) for k in names])
+    se_cols = [g[f"eval_cost_se_{k}"].to_numpy(dtype=float) if f"eval_cost_se_{k}" in g else np.zeros(len(g)) for k in names]
+    se = np.nan_to_num(np.column_stack(se_cols), nan=0.0)
+    limit = np.array([c.limit for c in meta.constraints])
+    scale = np.array([limit_scale(c.limit) for c in meta.constraints])
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(g), size=(reps, len(g)))
+    eps = rng.standard_normal(size=(reps, 1, len(names)))
+    drawn = cost[idx] + se[idx] * eps  # (reps, n, K)
+    viol = (np.maximum(0.0, drawn - limit) / scale).max(axis=2)
+    return float(np.mean(viol.mean(axis=1) <= tol))
+
+
 def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: int, ranked: bool) -> pd.DataFrame:
     """Numbers of each algorithm on one task; with ``ranked``, its shared ranks, in rank order."""
     names = meta.constraint_names
@@ -248,9 +280,10 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
             row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], stats.iqm, reps=reps, seed=seed)
         norm = g["eval_return_norm"].to_numpy(dtype=float)
         row["norm"] = _iqm(norm) if np.isfinite(norm).all() else math.nan
-        row["feasible_seeds"] = int(g["feasible"].sum())
-        viol = g["violation"].to_numpy(dtype=float)
-        row["p_feasible"] = stats.bootstrap_probability(viol, lambda r: r.mean(axis=1) <= tol, reps=reps, seed=seed)
+        row["feasible_seeds"] = int((g["feasibility"] == "feasible").sum())
+        row["undetermined_seeds"] = int((g["feasibility"] == "undetermined").sum())
+        row["within_tol_seeds"] = int((g["violation"] <= tol).sum())  # point estimates: what the score uses
+        row["p_feasible"] = p_feasible(g, meta, tol, reps=reps, seed=seed)
         row["verdict"] = "yes" if row["p_feasible"] >= 0.95 else ("no" if row["p_feasible"] <= 0.05 else "uncertain")
         for k in names:
             row[f"cost_{k}"] = float(np.mean(g[f"eval_cost_{k}"]))
@@ -308,7 +341,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
-    header = ["rank", "algo", "seeds", "feasible seeds", "P(feasible)", "score IQM [95% CI]", "return IQM [95% CI]",
+    header = ["rank", "algo", "seeds", "feasible seeds", "undetermined seeds", "P(feasible)", "score IQM [95% CI]", "return IQM [95% CI]",
               "norm. return"]
     for c in meta.constraints:
         header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
@@ -323,7 +356,8 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
             rank = "—"
         else:
             rank = _rank_cell(float(r["rank"]), bool(r["shared"]))
-        cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _num(r["p_feasible"], 2),
+        cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _frac(int(r["undetermined_seeds"]), n),
+                 _num(r["p_feasible"], 2),
                  _ci(r["score"], r["score_lo"], r["score_hi"], n), _ci(r["return"], r["return_lo"], r["return_hi"], n),
                  _num(r["norm"])]
         for k in names:
@@ -350,9 +384,9 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     if references is not None:
         notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
                      "optimum): anchors evaluated like every run, not ranked.")
-    if ranked is not None and not (ranked["feasible_seeds"] > 0).any():
-        notes.append(f"No algorithm is feasible on this task: no seed of any algorithm keeps every cost at most "
-                     f"{tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
+    if ranked is not None and not (ranked["within_tol_seeds"] > 0).any():
+        notes.append(f"No algorithm is feasible on this task: no seed of any algorithm keeps every evaluated cost at "
+                     f"most {tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
     if ranked is not None and int(ranked["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
         notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "
                      "algorithm is separated from it (ranks shared).")
@@ -377,7 +411,8 @@ def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Se
             "tasks": g["task"].nunique(),
             "runs": len(g),
             "min_seeds": min_n,
-            "feasible_runs": int(g["feasible"].sum()),
+            "feasible_runs": int((g["feasibility"] == "feasible").sum()),
+            "undetermined_runs": int((g["feasibility"] == "undetermined").sum()),
             "tail_feasible_runs": int(g["tail_feasible"].sum()),
             "iqm": agg.loc[algo, "iqm"], "iqm_lo": agg.loc[algo, "iqm_lo"], "iqm_hi": agg.loc[algo, "iqm_hi"],
             "mean": agg.loc[algo, "mean"], "mean_lo": agg.loc[algo, "mean_lo"], "mean_hi": agg.loc[algo, "mean_hi"],
@@ -417,13 +452,14 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
             "No ranked task of this suite has an exact optimum, so scores cannot be normalised across tasks; "
             "see the per-task tables.",), (), ())], None
     df = _overall(runs, per_task, with_opt, reps, seed)
-    header = ("rank", "algo", "tasks", "runs", "feasible runs", "score IQM [95% CI]", "score mean [95% CI]",
+    header = ("rank", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
               "mean task rank", "avg-iterate feasible runs", "not separated from")
     rows = []
     for r in df.to_dict("records"):
         n = int(r["min_seeds"])
         rank = "—" if not math.isfinite(float(r["rank"])) else _rank_cell(float(r["rank"]), bool(r["shared"]))
         rows.append((rank, str(r["algo"]), str(r["tasks"]), str(r["runs"]), _frac(int(r["feasible_runs"]), int(r["runs"])),
+                     _frac(int(r["undetermined_runs"]), int(r["runs"])),
                      _ci(r["iqm"], r["iqm_lo"], r["iqm_hi"], n), _ci(r["mean"], r["mean_lo"], r["mean_hi"], n),
                      _num(r["mean_rank"], 2), _frac(int(r["tail_feasible_runs"]), int(r["runs"])),
                      str(r["not_separated"]) or "—"))
@@ -489,12 +525,15 @@ def build_leaderboard(
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
         "algorithm of a task, sampling its actions (the primary evaluation); its greedy (mode) policy and the "
         "average iterate (the last 20% of training iterations) are reported beside it.",
-        f"Feasible run: max_k max(0, J_k - d_k)/d_k <= {tol:g} for the evaluated costs. Feasible seeds: how many "
-        "of an algorithm's seeds are feasible; P(feasible): the share of bootstrap resamples of its seeds whose "
-        "mean violation is within the tolerance.",
-        "Score per run: max(normalised return, 0) if feasible (normalised return 1 - (R* - R)/|R*| where the "
-        "task has an exact optimum R*, the return otherwise), else minus its largest normalised violation: an "
-        "infeasible run never scores above a feasible one. Ranks, aggregates and P(X > Y) use the score.",
+        f"Feasibility of a run, from the 95% interval J_k +- 1.96 se_k of each evaluated cost over its episodes: "
+        f"feasible when every interval lies within d_k(1 + {tol:g}), breaks a limit when some interval lies wholly "
+        "above it, undetermined otherwise (the episodes cannot tell). P(feasible): the share of bootstrap "
+        "replicates (seeds resampled, each cost moved by its evaluation noise) whose mean violation "
+        f"max_k max(0, J_k - d_k)/d_k is at most {tol:g}.",
+        f"Score per run, from the point estimates: max(normalised return, 0) if max_k max(0, J_k - d_k)/d_k <= {tol:g} "
+        "(normalised return 1 - (R* - R)/|R*| where the task has an exact optimum R*, the return otherwise), else "
+        "minus that violation: a run over the tolerance never scores above one within it. Ranks, aggregates and "
+        "P(X > Y) use the score.",
         f"Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher with "
         f"a 95% bootstrap interval of the difference (paired by seed) excluding 0; '=' marks a shared rank. With "
         f"fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing is separated.",
@@ -586,9 +625,14 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("seeds", "runs (seeds) of the algorithm on the task"),
     ("tasks", "tasks of the suite the algorithm ran on"),
     ("runs", "runs of the algorithm over the suite's tasks"),
-    ("feasible seeds", "seeds whose final policy has max_k max(0, J_k - d_k)/d_k within the tolerance"),
+    ("feasible seeds", "seeds whose final policy keeps every limit: the 95% interval of each evaluated cost J_k "
+     "lies within d_k(1 + tol)"),
+    ("undetermined seeds", "seeds where no limit is broken but some cost's 95% interval straddles d_k(1 + tol): "
+     "the evaluation episodes cannot tell (the rest of the seeds break a limit: an interval wholly above it)"),
     ("feasible runs", "runs whose final policy is feasible"),
-    ("P(feasible)", "share of bootstrap resamples of the seeds whose mean violation is within the tolerance"),
+    ("undetermined runs", "runs whose feasibility the evaluation episodes cannot tell"),
+    ("P(feasible)", "share of bootstrap replicates (seeds resampled, each cost moved by its evaluation noise) "
+     "whose mean violation is within the tolerance"),
     ("score", "constraint-aware score: max(normalised return, 0) if feasible, else minus the largest normalised "
      "violation; IQM = interquartile mean over seeds, [95% bootstrap interval]"),
     ("return", "evaluated return (sampled actions), IQM over seeds [95% interval]"),
@@ -646,9 +690,10 @@ def render_html(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
         headers += [h for h in s.header if h not in headers]
         out.append("<div class=\"wrap\"><table><thead><tr>"
                    + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr></thead><tbody>")
-        feas_col = s.header.index("feasible seeds") if "feasible seeds" in s.header else None
+        cols = [s.header.index(h) for h in ("feasible seeds", "undetermined seeds") if h in s.header]
         for row in s.rows:
-            cls = ' class="infeasible"' if feas_col is not None and row[feas_col].startswith("0/") else ""
+            # Grey only where every seed breaks a limit: none feasible and none undetermined.
+            cls = ' class="infeasible"' if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
             out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_unbroken_groups(c))}</td>" for c in row) + "</tr>")
         out.append("</tbody></table></div>")
     entries = _glossary(headers)

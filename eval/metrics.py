@@ -22,8 +22,13 @@ import pandas as pd
 from constrained_grpo.schema import TaskMeta
 from constrained_grpo.eval.stability import limit_scale
 
+#: Two-sided 95% quantile of the standard normal: the interval of an evaluated mean cost.
+Z95 = 1.959963984540054
+
 __all__ = [
+    "Z95",
     "constrained_score",
+    "cost_verdict",
     "cumulative_violation",
     "final_performance",
     "final_value",
@@ -37,6 +42,7 @@ __all__ = [
     "run_metrics",
     "second_half",
     "settling_time",
+    "standard_error",
     "tail_length",
     "TailSummary",
     "tail_summary",
@@ -221,18 +227,57 @@ def lambda_distance(lam_final: Sequence[float], lam_star: Sequence[float]) -> fl
 # ------------------------------------------------------------------------------ per run
 
 
-def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, float]:
-    """Return, per-constraint cost, fraction within and violation of one policy's eval rows."""
-    out: dict[str, float] = {"return": fmean(ev["return"])}
-    viols = []
+def standard_error(values: Sequence[float] | np.ndarray) -> float:
+    """se = s / sqrt(n), s the sample standard deviation (ddof 1); NaN for n < 2."""
+    x = _arr(values)
+    if x.size < 2:
+        return math.nan
+    m = fmean(x)
+    return math.sqrt(math.fsum((v - m) ** 2 for v in x.tolist()) / (x.size - 1) / x.size)
+
+
+def cost_verdict(mean_cost: float, se: float, limit: float, tol: float, z: float = Z95) -> str:
+    """Whether an evaluated mean cost J (standard error se) keeps the limit d up to ``tol``.
+
+    With c = c(d) (:func:`~constrained_grpo.eval.stability.limit_scale`) and the interval
+    J +- z se: ``"within"`` when (J + z se - d)/c <= tol, ``"over"`` when (J - z se - d)/c > tol,
+    ``"undetermined"`` otherwise (the interval straddles d + tol c, or se is unknown). At a
+    binding indicator limit d = 0.1 with 500 episodes, se ~ 0.0134 and the interval is +-0.026,
+    wider than tol d = 0.01: a policy exactly at the limit is undetermined, not "over".
+    """
+    if not math.isfinite(mean_cost):
+        return "undetermined"
+    scale = limit_scale(limit)
+    if math.isfinite(se):
+        if (mean_cost + z * se - limit) / scale <= tol:
+            return "within"
+        if (mean_cost - z * se - limit) / scale > tol:
+            return "over"
+    return "undetermined"
+
+
+def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, Any]:
+    """Return, per-constraint cost (mean, standard error, verdict), fraction within and
+    violation of one policy's eval rows, and the run's three-valued feasibility."""
+    out: dict[str, Any] = {"return": fmean(ev["return"])}
+    viols, verdicts = [], []
     for c in meta.constraints:
         cost = ev[f"cost_{c.name}"]
         out[f"cost_{c.name}"] = fmean(cost)
+        out[f"cost_se_{c.name}"] = standard_error(cost)
         out[f"within_{c.name}"] = fraction_within(cost, c.limit) if len(ev) else math.nan
         out[f"violation_{c.name}"] = normalised_violation(out[f"cost_{c.name}"], c.limit) if len(ev) else math.nan
+        out[f"verdict_{c.name}"] = cost_verdict(out[f"cost_{c.name}"], out[f"cost_se_{c.name}"], c.limit, tol)
         viols.append(out[f"violation_{c.name}"])
+        verdicts.append(out[f"verdict_{c.name}"])
     out["violation"] = max(viols) if viols else 0.0
-    out["feasible"] = bool(out["violation"] <= tol) if math.isfinite(out["violation"]) else False
+    if "over" in verdicts:
+        out["feasibility"] = "violates"
+    elif all(v == "within" for v in verdicts):
+        out["feasibility"] = "feasible"
+    else:
+        out["feasibility"] = "undetermined"
+    out["feasible"] = out["feasibility"] == "feasible"
     return out
 
 
@@ -256,10 +301,13 @@ def run_metrics(
 
     * primary (last iterate, sampled; a table with only deterministic eval rows uses those,
       and says so in ``primary_policy``): ``eval_return``, ``eval_return_norm``, per
-      constraint ``eval_cost_k``, ``within_k`` (fraction of episodes within d_k),
-      ``violation_k`` = max(0, J_k - d_k)/d_k; ``violation`` = max_k violation_k,
-      ``feasible`` = violation <= tol (``satisfied`` is the same), ``score``
-      (:func:`constrained_score`);
+      constraint ``eval_cost_k`` (J_k), ``eval_cost_se_k`` (its standard error over the
+      episodes), ``within_k`` (fraction of episodes within d_k), ``violation_k`` =
+      max(0, J_k - d_k)/d_k and ``verdict_k`` (:func:`cost_verdict`: within / over /
+      undetermined); ``violation`` = max_k violation_k; ``feasibility`` = "violates" if some
+      verdict_k is "over", "feasible" if every one is "within", else "undetermined";
+      ``feasible`` = (feasibility == "feasible") (``satisfied`` is the same); ``score``
+      (:func:`constrained_score`, from the point estimates);
     * greedy (last iterate, deterministic): ``greedy_return``, ``greedy_violation``,
       ``greedy_feasible`` (NaN/False where there are no such rows);
     * average iterate: ``final_return`` (mean training return over the tail), ``final_cost_k``,
@@ -303,9 +351,12 @@ def run_metrics(
         for c in meta.constraints:
             k = c.name
             row[f"eval_cost_{k}"] = main[f"cost_{k}"]
+            row[f"eval_cost_se_{k}"] = main[f"cost_se_{k}"]
             row[f"within_{k}"] = main[f"within_{k}"]
             row[f"violation_{k}"] = main[f"violation_{k}"]
+            row[f"verdict_{k}"] = main[f"verdict_{k}"]
         row["violation"] = main["violation"]
+        row["feasibility"] = main["feasibility"]
         row["feasible"] = main["feasible"]
         row["satisfied"] = main["feasible"]
         row["score"] = constrained_score(main["return"], meta.optimum_return, main["violation"], tol)

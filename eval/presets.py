@@ -350,7 +350,7 @@ PRESETS: dict[str, Preset] = {
             algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo", "grpo"),
             seeds=tuple(range(5)),
             steps=300_000,
-            eval_episodes=100,
+            eval_episodes=1000,
             references=True,
         ),
     )

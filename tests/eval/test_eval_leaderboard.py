@@ -50,14 +50,18 @@ def test_ranking_is_return_subject_to_satisfaction():
     ranked = lb.per_task[META.task]
     assert list(ranked["algo"]) == ["safe", "safer", "almost", "greedy"]
     assert list(ranked["rank"]) == [1, 2, 3, 4]
-    assert list(ranked["verdict"]) == ["yes", "yes", "no", "no"]
+    # 10 episodes cannot tell whether hazard 0.1 (se 0.1) or 0.2 (se 0.133) keeps d(1 + tol) = 0.11;
+    # 0.0 in 10/10 episodes can (se 0), and 0.5 (se 0.167) is over it by 2.3 se.
+    assert list(ranked["verdict"]) == ["uncertain", "yes", "uncertain", "no"]
+    assert list(ranked["feasible_seeds"]) == [0, 5, 0, 0]
+    assert list(ranked["undetermined_seeds"]) == [5, 0, 5, 0]
     assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.52) / 2.0)
     stab = ranked.set_index("algo")["stability"]
     assert stab["safe"] > 0.9 and stab["almost"] < stab["safer"] and np.isnan(stab["greedy"])
     overall = lb.overall["toy"]
     assert list(overall["algo"]) == ["safe", "safer", "almost", "greedy"]
     md = render_markdown(lb)
-    assert "| 1 | safe | 5 | 5/5 | 1.00 |" in md and "probability of improvement" in md
+    assert "| 1 | safe | 5 | 0/5 | 5/5 | 0.53 |" in md and "probability of improvement" in md
     assert "<td>safe</td>" in render_html(lb)
 
 

@@ -15,6 +15,7 @@ import pytest
 from constrained_grpo.cli import main
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.explain import algo_summary, explain, explain_sentence, explain_task
+from constrained_grpo.eval.metrics import cost_verdict
 from constrained_grpo.eval.runner import TaskMeta
 
 META = TaskMeta(
@@ -25,11 +26,17 @@ META = TaskMeta(
 
 
 def _run(algo: str, seed: int, ret: float, hazard: float, fuel: float, within_h: float, within_f: float,
-         reference: bool = False) -> dict[str, object]:
+         reference: bool = False, se_h: float = 0.0, se_f: float = 0.0) -> dict[str, object]:
+    """One run's metrics row; the verdicts as the metrics give them (hand-checked below)."""
     vh, vf = max(0.0, hazard - 0.2) / 0.2, max(0.0, fuel - 4.4) / 4.4
+    verdicts = {"hazard": cost_verdict(hazard, se_h, 0.2, 0.1), "fuel": cost_verdict(fuel, se_f, 4.4, 0.1)}
+    feasibility = ("violates" if "over" in verdicts.values()
+                   else "feasible" if set(verdicts.values()) == {"within"} else "undetermined")
     return {"task": META.task, "algo": algo, "seed": seed, "reference": reference, "eval_return": ret,
             "eval_cost_hazard": hazard, "eval_cost_fuel": fuel, "within_hazard": within_h, "within_fuel": within_f,
-            "violation_hazard": vh, "violation_fuel": vf, "feasible": max(vh, vf) <= 0.1}
+            "eval_cost_se_hazard": se_h, "eval_cost_se_fuel": se_f, "verdict_hazard": verdicts["hazard"],
+            "verdict_fuel": verdicts["fuel"], "violation_hazard": vh, "violation_fuel": vf,
+            "feasibility": feasibility, "feasible": feasibility == "feasible"}
 
 
 RUNS = pd.DataFrame([
@@ -43,6 +50,9 @@ RUNS = pd.DataFrame([
     _run("grpo-screw", 0, 1.00, 0.10, 4.00, 0.90, 1.00),
     _run("grpo-screw", 1, 1.00, 0.40, 3.00, 0.60, 1.00),
     _run("ref-optimal", 0, 1.20, 0.20, 4.40, 0.80, 0.60, reference=True),
+    # Hazard 0.23 with se 0.02 on both seeds: interval [0.191, 0.269] straddles 0.2 * 1.1 = 0.22.
+    _run("pid-lag", 0, 1.20, 0.23, 4.00, 0.77, 1.00, se_h=0.02),
+    _run("pid-lag", 1, 1.20, 0.23, 4.00, 0.77, 1.00, se_h=0.02),
 ])
 
 
@@ -58,6 +68,17 @@ def test_summary_numbers() -> None:
     assert s["over"] == pytest.approx({"hazard": 0.25, "fuel": 0.0})
     assert s["broken"] == {"hazard": 1, "fuel": 0}
     assert s["broken_cost"]["hazard"] == pytest.approx(0.4) and s["broken_over"]["hazard"] == pytest.approx(0.4)
+
+
+def test_a_cost_whose_interval_straddles_the_limit_is_too_close_to_call() -> None:
+    assert cost_verdict(0.23, 0.02, 0.2, 0.1) == "undetermined"       # 0.23 -/+ 0.0392 around 0.22
+    assert cost_verdict(0.23, 0.0, 0.2, 0.1) == "over"
+    s = algo_summary(RUNS[RUNS["algo"] == "pid-lag"], META)
+    assert s["feasible"] == 0 and s["undetermined"] == 2 and s["broken"] == {"hazard": 0, "fuel": 0}
+    assert s["unsure"] == {"hazard": 2, "fuel": 0} and s["unsure_half"]["hazard"] == pytest.approx(1.959964 * 0.02)
+    assert explain_sentence("pid-lag", s, META) == (
+        "pid-lag: return 1.2 against R* = 1.2; too close to call on 2/2 seeds (hazard 0.23 ± 0.0392 against 0.2: "
+        "the 95% interval over the evaluation episodes straddles the limit).")
 
 
 def test_sentences_in_rank_order_then_references() -> None:

@@ -23,7 +23,7 @@ from constrained_grpo.eval.leaderboard import (
     shared_ranks,
     write_leaderboard,
 )
-from constrained_grpo.eval.metrics import constrained_score, run_metrics
+from constrained_grpo.eval.metrics import constrained_score, cost_verdict, run_metrics, standard_error
 from constrained_grpo.eval.runner import EVAL_SEED, TaskMeta
 
 META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
@@ -35,9 +35,10 @@ N_EVAL = 20
 def run_rows(algo: str, seed: int, *, ret: float, hazard: float, train_hazard: float | None = None,
              lam: np.ndarray | None = None, steps: int = 4000, greedy_ret: float | None = None,
              greedy_hazard: float | None = None, first_seed: float = EVAL_SEED, iters: int = 40,
-             policies: tuple[str, ...] = ("sampled", "deterministic")) -> list[dict]:
+             policies: tuple[str, ...] = ("sampled", "deterministic"), exact: bool = False) -> list[dict]:
     """One run: ``iters`` train rows with cost ``train_hazard`` (default ``hazard``), and eval
-    rows whose episodes have return ``ret`` and hazard indicator 1 on a fraction ``hazard``."""
+    rows whose episodes have return ``ret`` and hazard indicator 1 on a fraction ``hazard``
+    (with ``exact``, cost ``hazard`` in every episode: an evaluation without noise)."""
     rows = []
     th = hazard if train_hazard is None else train_hazard
     for t in range(iters):
@@ -50,7 +51,7 @@ def run_rows(algo: str, seed: int, *, ret: float, hazard: float, train_hazard: f
         for i in range(N_EVAL):
             rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval", "policy": policy,
                          "iteration": iters - 1, "episode": i, "reset_seed": first_seed + i, "env_steps": steps, "wall_s": np.nan,
-                         "return": r, "length": 5.0, "cost_hazard": float(i < round(h * N_EVAL)),
+                         "return": r, "length": 5.0, "cost_hazard": h if exact else float(i < round(h * N_EVAL)),
                          "lambda_hazard": np.nan if lam is None else float(lam[-1])})
     return rows
 
@@ -154,8 +155,8 @@ def test_three_seeds_print_no_interval_and_identical_seeds_are_flagged():
 
 def test_feasibility_is_a_fraction_of_seeds_and_a_probability_not_a_cut_on_the_mean():
     # 4 seeds at violation 0, one at 0.4: the mean 0.08 passes the old cut (<= 0.1).
-    rows = [r for s in range(4) for r in run_rows("a", s, ret=1.5, hazard=0.1)]
-    rows += run_rows("a", 4, ret=1.5, hazard=0.14)
+    rows = [r for s in range(4) for r in run_rows("a", s, ret=1.5, hazard=0.1, exact=True)]
+    rows += run_rows("a", 4, ret=1.5, hazard=0.14, exact=True)
     runs = run_metrics(pd.DataFrame(rows), TASKS)
     assert runs["violation"].mean() <= 0.1        # the old "feasible"
     df = per_task(build_leaderboard(pd.DataFrame(rows), TASKS, reps=2000))
@@ -164,6 +165,40 @@ def test_feasibility_is_a_fraction_of_seeds_and_a_probability_not_a_cut_on_the_m
     # P(mean over a resample <= 0.1) = P(the bad seed is drawn at most once in 5) = (4/5)^5 + 5 (1/5)(4/5)^4.
     assert p == pytest.approx(0.8**5 + 5 * 0.2 * 0.8**4, abs=0.03)
     assert df.loc["a", "verdict"] == "uncertain"
+
+
+def test_a_policy_at_a_binding_indicator_limit_is_undetermined_on_500_episodes_not_broken():
+    # The exact LP policy of Grid/HazardFuel-v0 hits the hazard (d = 0.1) in 61 of the
+    # harness's 500 episodes (J = 0.122; 20,000 episodes give 0.0993): se = sqrt(0.122 * 0.878 / 499)
+    # = 0.01465, interval [0.0933, 0.1507] around d(1 + tol) = 0.11.
+    hits = np.array([1.0] * 61 + [0.0] * 439)
+    assert standard_error(hits) == pytest.approx(math.sqrt(0.122 * 0.878 / 499), rel=1e-12)
+    assert cost_verdict(0.122, standard_error(hits), 0.1, 0.1) == "undetermined"
+    # 20,000 episodes at 0.0993: se 0.00211, upper end 0.1034 <= 0.11.
+    assert cost_verdict(0.0993, math.sqrt(0.0993 * 0.9007 / 19_999), 0.1, 0.1) == "within"
+    # A policy that hits in 30% of 500 episodes: lower end 0.26 > 0.11.
+    assert cost_verdict(0.3, math.sqrt(0.3 * 0.7 / 499), 0.1, 0.1) == "over"
+    assert cost_verdict(0.3, math.nan, 0.1, 0.1) == "undetermined"       # one episode: no se
+    assert cost_verdict(0.0, 0.0, 0.0, 0.1) == "within"                   # d = 0: scale 1
+    assert cost_verdict(0.11, 0.0, 0.1, 0.1) == "within" and cost_verdict(0.111, 0.0, 0.1, 0.1) == "over"
+
+
+def test_ten_seeds_of_one_policy_on_shared_episodes_are_not_ten_pieces_of_evidence():
+    # Ten seeds of the same policy evaluated on the same 500 episodes repeat one draw (61 hits):
+    # each seed is undetermined, and P(feasible) carries the shared evaluation noise:
+    # P(0.122 + 0.01465 eps <= 0.11) = Phi(-0.819) = 0.206 (seeds alone would give 0).
+    rows = [r for s in range(10) for r in run_rows("ref", s, ret=1.13, hazard=0.0, policies=())]
+    rows += [{"suite": "toy", "task": META.task, "algo": "ref", "seed": s, "kind": "eval", "policy": "sampled",
+              "iteration": 39, "episode": i, "reset_seed": EVAL_SEED + i, "env_steps": 4000, "wall_s": np.nan,
+              "return": 1.13, "length": 5.0, "cost_hazard": float(i < 61), "lambda_hazard": np.nan}
+             for s in range(10) for i in range(500)]
+    t = pd.DataFrame(rows)
+    lb = build_leaderboard(t, TASKS, reps=4000)
+    df = per_task(lb)
+    assert df.loc["ref", "feasible_seeds"] == 0 and df.loc["ref", "undetermined_seeds"] == 10
+    assert df.loc["ref", "p_feasible"] == pytest.approx(0.206, abs=0.02)
+    assert df.loc["ref", "verdict"] == "uncertain"
+    assert "| 0/10 | 10/10 |" in render_markdown(lb)
 
 
 def test_comparing_pairs_only_with_enough_seeds_for_the_interval():
