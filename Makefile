@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The teaching demo, about 80 s on 2 cores after the install: constrained and unconstrained learners on
+# The teaching demo, about 2 min on 2 cores after the install: constrained and unconstrained learners on
 # the 3x3 gridworld (5 seeds, with the reference policies), the coupling figure of the two
 # GRPO aggregators, then the leaderboard ending with one plain sentence per algorithm.
 demo: $(STAMP)

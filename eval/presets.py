@@ -255,7 +255,7 @@ PRESETS: dict[str, Preset] = {
             "standard",
             "every family at budgets where learners converge, --workers 2 on 2 cores: 4 gridworld tasks "
             "(K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps (about 1 h), Highway-v0 x 10 seeds, "
-            "Math/ChainSum-v0 and ChainSumLong-v0 (GRPO agents) x 5 seeds; reference policies unranked",
+            "Math/ChainSum-v0 and ChainSumLong-v0 (GRPO agents) x 5 seeds; reference policies unranked; 1 h 47 min in all",
             tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v0", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
             seeds=tuple(range(10)),
             steps=1_000_000,
@@ -340,11 +340,11 @@ PRESETS: dict[str, Preset] = {
         # `make demo`: the 3x3 map, whose optimum (1.2, mixing three routes) is solved by hand in
         # docs/tutorial.md. At 300k steps the constrained GRPO learners keep both limits near R*
         # while ppo and grpo take the gem route over the fuel limit; 5 seeds are the fewest that
-        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI). 74 s of bench, 82 s of
-        # `make demo`, on 2 cores (docs/tuning.md).
+        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI); 1,000 evaluation episodes
+        # resolve a cost at its limit (interval +-0.06 on fuel). Timings in docs/tuning.md.
         Preset(
             "demo",
-            "the teaching demo (`make demo`), about 80 s on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "
+            "the teaching demo (`make demo`), about 2 min on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "
             "constrained vs unconstrained learners and the reference policies, 5 seeds x 300k steps",
             tasks=("Grid/HazardFuel3x3-v0",),
             algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo", "grpo"),
