@@ -197,6 +197,11 @@ def t_interval(values: list[float]) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
+def _cell(value: float, half_width: float, n: int) -> str:
+    """``value +- half_width``, or ``value (n=1: no CI)`` where one seed gives no interval."""
+    return f"{value} +- {half_width}" if n >= 2 and math.isfinite(half_width) else f"{value} (n={n}: no CI)"
+
+
 def table(args: argparse.Namespace) -> None:
     runs, out = Path(args.runs), Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -224,8 +229,8 @@ def table(args: argparse.Namespace) -> None:
         w.writerows(rows)
     lines = ["| side | algorithm | seeds | env steps | final return (95% CI) | final cost (95% CI) | env-steps/s |",
              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} | {r['return']} +- {r['return_ci95']} "
-              f"| {r['cost']} +- {r['cost_ci95']} | {r['env_steps_per_s']} |" for r in rows]
+    lines += [f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} | {_cell(r['return'], r['return_ci95'], r['seeds'])} "
+              f"| {_cell(r['cost'], r['cost_ci95'], r['seeds'])} | {r['env_steps_per_s']} |" for r in rows]
     lines += ["", f"Final = mean of the last {WINDOW} training episodes at the end of the run (OmniSafe's "
               "Metrics/EpRet, Metrics/EpCost); CI: Student t over seeds.", "", "Commands:", "",
               *[f"    {c}" for c in commands],
