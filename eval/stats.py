@@ -27,7 +27,6 @@ __all__ = [
     "BOOTSTRAP_SEED",
     "MIN_SEEDS_FOR_CI",
     "aggregate",
-    "bootstrap_probability",
     "difference_ci",
     "iqm",
     "probability_of_improvement",
@@ -211,20 +210,3 @@ def difference_ci(
     alpha = (1.0 - level) / 2.0
     lo, hi = np.percentile(boots, [100 * alpha, 100 * (1 - alpha)])
     return point / len(tasks), float(lo), float(hi)
-
-
-def bootstrap_probability(
-    x: Sequence[float] | np.ndarray,
-    predicate: Callable[[np.ndarray], np.ndarray],
-    *,
-    reps: int = BOOTSTRAP_REPS,
-    seed: int = BOOTSTRAP_SEED,
-) -> float:
-    """Fraction of bootstrap resamples of ``x`` (rows of a (reps, n) array) for which
-    ``predicate`` holds, e.g. "the mean violation over seeds is at most tol"."""
-    a = np.asarray(x, dtype=float)
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError("bootstrap_probability needs a non-empty 1-d sample")
-    rng = np.random.default_rng(seed)
-    resampled = a[rng.integers(0, a.size, size=(reps, a.size))]
-    return float(np.mean(predicate(resampled)))
