@@ -18,7 +18,9 @@ mean of the last ``WINDOW`` training episodes, which is what OmniSafe logs as
 ``Metrics/EpRet`` / ``Metrics/EpCost``) and ``meta.json`` (command, wall time, env-steps/s).
 
 ``table`` writes ``parity.csv`` / ``parity.md`` (final return and cost per side: mean
-over seeds with a 95% Student-t interval) and ``curves.png`` (both sides on one figure).
+over seeds with a 95% Student-t interval), ``difference.csv`` (ours - OmniSafe at five
+checkpoints of the run, with a 95% Welch interval: the sides' seeds are independent runs,
+not pairs) and ``curves.png`` (both sides on one figure).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ OMNISAFE_ALGO = "PPOLag"
 OURS_ALGO = "ppo-lag-omnisafe"
 PARITY_PYTHON = Path(".venv-parity/bin/python")
 CURVE_FIELDS = ("env_steps", "ep_return", "ep_cost")
+#: Where ``difference.csv`` compares the sides, as fractions of the run's env steps.
+CHECKPOINTS = (0.2, 0.4, 0.6, 0.8, 1.0)
 
 
 def our_task(task: str) -> str:
@@ -197,9 +201,54 @@ def t_interval(values: list[float]) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
 
 
-def _cell(value: float, half_width: float, n: int) -> str:
-    """``value +- half_width``, or ``value (n=1: no CI)`` where one seed gives no interval."""
-    return f"{value} +- {half_width}" if n >= 2 and math.isfinite(half_width) else f"{value} (n={n}: no CI)"
+def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
+    """Mean difference ``mean(b) - mean(a)`` of two independent samples, the half-width of
+    its 95% Welch interval ``t_{0.975, nu} sqrt(s_a^2/n_a + s_b^2/n_b)`` and the
+    Welch-Satterthwaite ``nu = (s_a^2/n_a + s_b^2/n_b)^2 / sum_i (s_i^2/n_i)^2 / (n_i - 1)``;
+    half-width and ``nu`` nan unless both samples have two values and some spread."""
+    from scipy import stats  # noqa: PLC0415
+
+    diff = math.fsum(b) / len(b) - math.fsum(a) / len(a)
+    if min(len(a), len(b)) < 2:
+        return diff, float("nan"), float("nan")
+    v = [math.fsum((x - math.fsum(s) / len(s)) ** 2 for x in s) / (len(s) - 1) / len(s) for s in (a, b)]
+    if v[0] + v[1] == 0:
+        return diff, float("nan"), float("nan")
+    nu = (v[0] + v[1]) ** 2 / math.fsum(vi**2 / (len(s) - 1) for vi, s in zip(v, (a, b)))
+    return diff, float(stats.t.ppf(0.975, nu)) * math.sqrt(v[0] + v[1]), nu
+
+
+def at_steps(curve: list[dict[str, float]], steps: float) -> dict[str, float]:
+    """The curve's first record at or past ``steps`` env steps (its last if none)."""
+    return next((r for r in curve if r["env_steps"] >= steps), curve[-1])
+
+
+def differences(curves: dict[str, list[list[dict[str, float]]]]) -> list[dict[str, Any]]:
+    """Ours - OmniSafe in return and cost at each of ``CHECKPOINTS`` (fractions of the
+    shortest run), with the 95% Welch interval and the verdict it supports."""
+    if not all(curves.get(side) for side in SIDES):
+        return []
+    total = min(c[-1]["env_steps"] for side in SIDES for c in curves[side])
+    rows = []
+    for frac in CHECKPOINTS:
+        steps = frac * total
+        row: dict[str, Any] = {"env_steps": int(steps)}
+        for key, name in (("ep_return", "return"), ("ep_cost", "cost")):
+            a, b = ([at_steps(c, steps)[key] for c in curves[side]] for side in SIDES)
+            diff, hw, _ = welch_interval(a, b)
+            row[f"{name}_diff"], row[f"{name}_diff_ci95"] = round(diff, 2), round(hw, 2)
+            # Rounded for the files (byte-stable across machines); the verdict from the exact values.
+            row[f"{name}_verdict"] = (
+                "no interval" if not math.isfinite(hw) else "not separated" if abs(diff) <= hw
+                else ("ours higher" if diff > 0 else "ours lower")
+            )
+        rows.append(row)
+    return rows
+
+
+def _cell(value: float, half_width: float, missing: str = "no CI") -> str:
+    """``value +- half_width``, or ``value (missing)`` where the data give no interval."""
+    return f"{value} +- {half_width}" if math.isfinite(half_width) else f"{value} ({missing})"
 
 
 def table(args: argparse.Namespace) -> None:
@@ -223,16 +272,31 @@ def table(args: argparse.Namespace) -> None:
                      "cost": round(cost, 2), "cost_ci95": round(cost_hw, 2), "env_steps_per_s": round(speed)})
     if not rows:
         raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.parity run ...` first")
-    with open(out / "parity.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    diffs = differences(curves)
+    for name, table_rows in (("parity.csv", rows), ("difference.csv", diffs)):
+        if not table_rows:
+            (out / name).unlink(missing_ok=True)  # a stale comparison must not outlive its runs
+        else:
+            with open(out / name, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=list(table_rows[0]))
+                w.writeheader()
+                w.writerows(table_rows)
     lines = ["| side | algorithm | seeds | env steps | final return (95% CI) | final cost (95% CI) | env-steps/s |",
              "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} | {_cell(r['return'], r['return_ci95'], r['seeds'])} "
-              f"| {_cell(r['cost'], r['cost_ci95'], r['seeds'])} | {r['env_steps_per_s']} |" for r in rows]
+    for r in rows:
+        one_seed = f"n={r['seeds']}: no CI"
+        lines.append(f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} "
+                     f"| {_cell(r['return'], r['return_ci95'], one_seed)} | {_cell(r['cost'], r['cost_ci95'], one_seed)} "
+                     f"| {r['env_steps_per_s']} |")
     lines += ["", f"Final = mean of the last {WINDOW} training episodes at the end of the run (OmniSafe's "
-              "Metrics/EpRet, Metrics/EpCost); CI: Student t over seeds.", "", "Commands:", "",
+              "Metrics/EpRet, Metrics/EpCost); CI: Student t over seeds."]
+    if diffs:
+        lines += ["", "Ours - OmniSafe (95% Welch interval over the independent seeds of the two sides; "
+                  "'not separated': the interval covers 0):", "",
+                  "| env steps | return difference | return | cost difference | cost |", "|---|---|---|---|---|"]
+        lines += [f"| {d['env_steps']} | {_cell(d['return_diff'], d['return_diff_ci95'])} | {d['return_verdict']} "
+                  f"| {_cell(d['cost_diff'], d['cost_diff_ci95'])} | {d['cost_verdict']} |" for d in diffs]
+    lines += ["", "Commands:", "",
               *[f"    {c}" for c in commands],
               f"    python -m constrained_grpo.eval.parity table --runs {runs} --out {out}"]
     (out / "parity.md").write_text("\n".join(lines) + "\n")
