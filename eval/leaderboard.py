@@ -385,7 +385,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
                      "optimum): anchors evaluated like every run, not ranked.")
     if ranked is not None and not (ranked["within_tol_seeds"] > 0).any():
-        notes.append(f"No algorithm is feasible on this task: no seed of any algorithm keeps every evaluated cost at "
+        notes.append(f"No algorithm is shown feasible on this task: no seed of any algorithm has every cost estimate at "
                      f"most {tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
     if ranked is not None and int(ranked["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
         notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "

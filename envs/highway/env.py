@@ -43,7 +43,7 @@ from highway_env.envs.common.observation import KinematicObservation
 
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.envs.highway.costs import CostMonitor
-from constrained_grpo.envs.highway.options import HighwayOptions, closest
+from constrained_grpo.envs.highway.options import DEFAULT_LIMITS, HighwayOptions, closest
 from constrained_grpo.envs.highway.scenarios import SIMS
 
 __all__ = ["HighwayTaskEnv", "build_sim_config"]
@@ -169,6 +169,8 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
         speed_limit: speeding threshold, m/s (default per scenario, :data:`.options.SCENARIOS`).
         headway_time: time-headway threshold, s (default 1).
         hard_brake_decel: hard-braking threshold, m/s^2 (default 4).
+        headway_limit: the declared ``headway`` limit (default 0.1; ``Highway/Highway-v1``
+            declares 0.2); ``limits`` overrides it like any other limit.
         limits: constraint limits, ``{name: d}`` or one per constraint (defaults in
             :data:`.options.DEFAULT_LIMITS`).
         config: highway-env config overrides; unknown keys are errors.
@@ -186,6 +188,7 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
         speed_limit: float | None = None,
         headway_time: float = 1.0,
         hard_brake_decel: float = 4.0,
+        headway_limit: float = DEFAULT_LIMITS["headway"],
         limits: Mapping[str, float] | list[float] | tuple[float, ...] | None = None,
         config: Mapping[str, Any] | None = None,
         fast: bool = True,
@@ -198,6 +201,7 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
             speed_limit=speed_limit,
             headway_time=headway_time,
             hard_brake_decel=hard_brake_decel,
+            headway_limit=headway_limit,
             limits=limits,
             config=dict(config or {}),
             fast=fast,

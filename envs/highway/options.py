@@ -122,8 +122,10 @@ class HighwayOptions:
     """The task keywords of ``HighwayTaskEnv`` (all of them but ``render_mode``), validated.
 
     ``speed_limit`` and ``comfort`` left as None take the scenario's defaults;
-    ``config`` holds highway-env config overrides, checked against highway-env's keys
-    when the simulator is built.
+    ``headway_limit`` is the task's declared ``headway`` limit (0.1; 0.2 on
+    ``Highway/Highway-v1``), which ``limits`` overrides like any other; ``config`` holds
+    highway-env config overrides, checked against highway-env's keys when the simulator
+    is built.
     """
 
     scenario: str = "highway"
@@ -132,6 +134,7 @@ class HighwayOptions:
     speed_limit: float | None = None
     headway_time: float = 1.0
     hard_brake_decel: float = 4.0
+    headway_limit: float = DEFAULT_LIMITS["headway"]
     limits: Mapping[str, float] | Sequence[float] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     fast: bool = True
@@ -168,6 +171,9 @@ class HighwayOptions:
         object.__setattr__(
             self, "hard_brake_decel", _threshold("hard_brake_decel", self.hard_brake_decel, "m/s^2", "4.0")
         )
+        object.__setattr__(
+            self, "headway_limit", _threshold("headway_limit", self.headway_limit, "fraction of the episode", "0.2")
+        )
         if self.config is None:
             object.__setattr__(self, "config", {})
         if not isinstance(self.config, Mapping):
@@ -194,7 +200,7 @@ class HighwayOptions:
             ),
             Constraint(
                 "headway",
-                DEFAULT_LIMITS["headway"],
+                self.headway_limit,
                 f"fraction of the nominal episode duration with a time headway below {self.headway_time:g} s",
             ),
         )

@@ -26,10 +26,29 @@ IDLE, LANE_LEFT, FASTER, SLOWER = 1, 0, 3, 4  # highway-env's meta-action indexe
 
 
 def test_table_lists_every_scenario_in_both_action_modes():
-    assert len(HIGHWAY_IDS) == 8
+    assert len(HIGHWAY_IDS) == 9
     for scenario in ("Highway", "Merge", "Roundabout", "Intersection"):
         assert f"Highway/{scenario}-v0" in HIGHWAY_IDS
         assert f"Highway/{scenario}Continuous-v0" in HIGHWAY_IDS
+    assert "Highway/Highway-v1" in HIGHWAY_IDS
+
+
+def test_highway_v1_is_v0_with_the_headway_limit_at_0_2():
+    v0, v1 = (make_env(f"Highway/Highway-v{v}").unwrapped for v in (0, 1))
+    assert {c.name: c.limit for c in v1.constraints} == {"collision": 0.1, "speeding": 0.1, "headway": 0.2, "lane_change": 3.0}
+    assert [c.description for c in v1.constraints] == [c.description for c in v0.constraints]
+    obs0, _ = v0.reset(seed=3)
+    obs1, _ = v1.reset(seed=3)
+    for _ in range(4):  # the same scene, dynamics and costs
+        (obs0, r0, *_, i0), (obs1, r1, *_, i1) = v0.step(FASTER), v1.step(FASTER)
+        assert np.array_equal(obs0, obs1) and r0 == r1 and np.array_equal(i0["costs"], i1["costs"])
+    # Other limits override it and keep the declared headway limit; `limits` overrides it too.
+    assert make_env("Highway/Highway-v1", limits={"collision": 0.05}).unwrapped.constraints[2].limit == 0.2
+    assert make_env("Highway/Highway-v1", limits={"headway": 0.15}).unwrapped.constraints[2].limit == 0.15
+    from constrained_grpo.tasks import make_vec_env
+
+    vec = make_vec_env("Highway/Highway-v1", 2)
+    assert [c.limit for c in vec.constraints] == [0.1, 0.1, 0.2, 3.0]
 
 
 def test_ids_list_without_highway_env_and_making_one_says_how_to_install():
@@ -44,7 +63,7 @@ def test_ids_list_without_highway_env_and_making_one_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert lines[0] == "8"
+    assert lines[0] == "9"
     assert 'pip install -e ".[highway]"' in lines[1]
 
 
@@ -224,6 +243,7 @@ def test_limits_are_documented_and_overridable():
         ({"config": {"observation": {"type": "OccupancyGrid"}}}, "Kinematics"),
         ({"speed_limit": -1.0}, "speed_limit must be a finite number >= 0"),
         ({"headway_time": -0.5}, "headway_time must be a finite number >= 0"),
+        ({"headway_limit": "high"}, "headway_limit must be a finite number >= 0"),
         ({"hard_brake_decel": float("nan")}, "hard_brake_decel"),
         ({"action_mode": "continuous", "comfort": "lane_change"}, "lane_change"),
         ({"comfort": "jerk"}, "unknown comfort"),

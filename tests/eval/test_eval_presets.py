@@ -82,7 +82,7 @@ def test_standard_runs():
         "Grid/HazardFuel3x3-v0": (DEFAULT_ALGOS, ten, 1_000_000, 500),
         "Grid/HazardFuelSlip-v0": (DEFAULT_ALGOS, ten, 2_000_000, 500),
         "Grid/HazardFuelMud-v0": (DEFAULT_ALGOS, ten, 3_000_000, 500),
-        "Highway/Highway-v0": (DEFAULT_ALGOS, ten, 300_000, 50),
+        "Highway/Highway-v1": (DEFAULT_ALGOS, ten, 300_000, 50),
         "Math/ChainSum-v0": (GRPO, ten, 9_600, 50),
         "Math/ChainSumLong-v0": (GRPO, ten, 9_600, 50),
     }
@@ -139,7 +139,7 @@ def test_algos_override_intersects_with_the_family_restriction():
     preset = resolve("standard", algos=["cgrpo", "ppo-lag"])
     grid = _grid(preset)
     assert grid["Math/ChainSum-v0"][0] == ("cgrpo",)
-    assert grid["Highway/Highway-v0"][0] == ("cgrpo", "ppo-lag")
+    assert grid["Highway/Highway-v1"][0] == ("cgrpo", "ppo-lag")
     assert len(preset.runs()) == 4 * 2 * 10 + 2 * 10 + 2 * 1 * 10
     # A GRPO variant outside the preset's list, asked for by name, runs on math too.
     assert _grid(resolve("standard", tasks=["Math/ChainSum-v0"], algos=["cgrpo-gdpo"]))["Math/ChainSum-v0"][0] == ("cgrpo-gdpo",)
@@ -165,8 +165,8 @@ def test_seed_steps_and_eval_overrides_replace_the_scopes():
 
     merged = replace(preset, config={"cgrpo": {"preset": "paper"}})
     configs = {(r.task, r.algo): r.config for r in merged.runs()}
-    assert configs[("Highway/Highway-v0", "cgrpo")] == {"preset": "paper"}
-    assert configs[("Highway/Highway-v0", "grpo")] == {"preset": "quick"}
+    assert configs[("Highway/Highway-v1", "cgrpo")] == {"preset": "paper"}
+    assert configs[("Highway/Highway-v1", "grpo")] == {"preset": "quick"}
 
 
 def test_scopes_must_name_a_family_or_task():

@@ -160,14 +160,14 @@ def test_presets_run_each_familys_references_unranked():
 
     standard = PRESETS["standard"]
     assert standard.task_references("Grid/HazardFuel-v0") == ("ref-random", "ref-optimal", "ref-unconstrained")
-    assert standard.task_references("Highway/Highway-v0") == ("ref-random", "ref-safe-driver")
+    assert standard.task_references("Highway/Highway-v1") == ("ref-random", "ref-safe-driver")
     assert PRESETS["paper"].task_references("Highway/Merge-v0") == ("ref-random",)
     assert standard.task_references("Math/ChainSum-v0") == ("ref-warmstart",)
     runs = [r for r in standard.runs() if r.algo.startswith("ref-")]
     assert {(r.task, r.algo) for r in runs if r.seed == 0} == {
         *((t, a) for t in ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0")
           for a in ("ref-random", "ref-optimal", "ref-unconstrained")),
-        ("Highway/Highway-v0", "ref-random"), ("Highway/Highway-v0", "ref-safe-driver"),
+        ("Highway/Highway-v1", "ref-random"), ("Highway/Highway-v1", "ref-safe-driver"),
         ("Math/ChainSum-v0", "ref-warmstart"), ("Math/ChainSumLong-v0", "ref-warmstart"),
     }
     assert all(agent_spec(r.algo).reference for r in runs)

@@ -120,7 +120,7 @@ def test_infeasible_run_with_higher_return_ranks_below_a_feasible_one():
     keeper = {META.task: runs[runs.algo == "keeper"]["score"].to_numpy()}
     breaker = {META.task: runs[runs.algo == "breaker"]["score"].to_numpy()}
     assert stats.probability_of_improvement(breaker, keeper) == 0.0
-    assert "No algorithm is feasible" not in render_markdown(lb)
+    assert "No algorithm is shown feasible" not in render_markdown(lb)
 
 
 def test_constrained_score_formula():
@@ -134,7 +134,7 @@ def test_constrained_score_formula():
 def test_banner_when_no_algorithm_is_feasible():
     t = table(*[run_rows(a, s, ret=r, hazard=0.9) for a, r in (("x", 0.0), ("y", 1.0)) for s in range(3)])
     md = render_markdown(build_leaderboard(t, TASKS, reps=100))
-    assert "No algorithm is feasible on this task" in md
+    assert "No algorithm is shown feasible on this task" in md
 
 
 # ------------------------------------------------------------------------ 3. uncertainty
