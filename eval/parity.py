@@ -13,9 +13,10 @@
 constrained_grpo at module level); ``--side ours`` runs ``ppo-lag-omnisafe`` on
 ``Safety/<task minus 'Safety'>`` through the bridge with ``cgrpo train``'s machinery
 (:func:`~constrained_grpo.eval.runner.execute_run`). Both write
-``<out>/<side>/seed_<S>/curve.csv`` (per epoch: ``env_steps, ep_return, ep_cost``, the
-mean of the last ``WINDOW`` training episodes, which is what OmniSafe logs as
-``Metrics/EpRet`` / ``Metrics/EpCost``) and ``meta.json`` (command, wall time, env-steps/s).
+``<out>/<side>/seed_<S>/curve.csv`` (per epoch: ``env_steps, ep_return, ep_cost,
+ep_length``, the mean of the last ``WINDOW`` training episodes, which is what OmniSafe logs
+as ``Metrics/EpRet`` / ``Metrics/EpCost`` / ``Metrics/EpLen``) and ``meta.json`` (command,
+wall time, env-steps/s).
 
 ``table`` writes ``parity.csv`` / ``parity.md`` (final return and cost per side: mean
 over seeds with a 95% Student-t interval), ``difference.csv`` (ours - OmniSafe at five
@@ -45,7 +46,7 @@ SIDES = ("omnisafe", "ours")
 OMNISAFE_ALGO = "PPOLag"
 OURS_ALGO = "ppo-lag-omnisafe"
 PARITY_PYTHON = Path(".venv-parity/bin/python")
-CURVE_FIELDS = ("env_steps", "ep_return", "ep_cost")
+CURVE_FIELDS = ("env_steps", "ep_return", "ep_cost", "ep_length")
 #: Where ``difference.csv`` compares the sides, as fractions of the run's env steps.
 CHECKPOINTS = (0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -67,8 +68,9 @@ def _write_curve(path: Path, rows: list[dict[str, float]]) -> None:
 
 
 def _read_curve(path: Path) -> list[dict[str, float]]:
+    """The curve's rows; a column it lacks reads nan."""
     with open(path, newline="") as f:
-        return [{k: float(r[k]) for k in CURVE_FIELDS} for r in csv.DictReader(f)]
+        return [{k: float(r.get(k) or "nan") for k in CURVE_FIELDS} for r in csv.DictReader(f)]
 
 
 def _omnisafe_cfgs(steps: int, seed: int, steps_per_epoch: int, log_dir: str) -> dict[str, Any]:
@@ -95,7 +97,7 @@ def omnisafe_worker(task: str, steps: int, seed: int, steps_per_epoch: int, out:
         with open(progress, newline="") as f:
             rows = [
                 {"env_steps": float(r["TotalEnvSteps"]), "ep_return": float(r["Metrics/EpRet"]),
-                 "ep_cost": float(r["Metrics/EpCost"])}
+                 "ep_cost": float(r["Metrics/EpCost"]), "ep_length": float(r["Metrics/EpLen"])}
                 for r in csv.DictReader(f)
             ]
     _write_curve(out / "curve.csv", rows)
@@ -108,25 +110,26 @@ def omnisafe_worker(task: str, steps: int, seed: int, steps_per_epoch: int, out:
 
 
 def _windowed(records: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """Per iteration, the mean return and cost of the last ``WINDOW`` episodes, from each
-    iteration's mean over its own episodes and their count (``n_episodes``): the oldest
+    """Per iteration, the mean return, cost and length of the last ``WINDOW`` episodes, from
+    each iteration's mean over its own episodes and their count (``n_episodes``): the oldest
     iteration in the window counts with the part of its episodes that fits."""
+    keys = CURVE_FIELDS[1:]
     rows, past = [], []
     for rec in records:
         n = int(rec["n_episodes"])
         if n > 0:
-            past.append((n, rec["ep_return"], rec["ep_cost"]))
-        left, ret, cost = WINDOW, [], []
-        for count, r, c in reversed(past):
+            past.append((n, [rec[k] for k in keys]))
+        left, sums = WINDOW, [[] for _ in keys]
+        for count, means in reversed(past):
             take = min(count, left)
-            ret.append(take * r)
-            cost.append(take * c)
+            for acc, m in zip(sums, means):
+                acc.append(take * m)
             left -= take
             if left == 0:
                 break
         used = WINDOW - left
         if used:
-            rows.append({"env_steps": rec["env_steps"], "ep_return": math.fsum(ret) / used, "ep_cost": math.fsum(cost) / used})
+            rows.append({"env_steps": rec["env_steps"], **{k: math.fsum(acc) / used for k, acc in zip(keys, sums)}})
     return rows
 
 
@@ -147,7 +150,8 @@ def ours_run(task: str, steps: int, seed: int, steps_per_epoch: int, out: Path, 
     def recording_learn(self: Any, total: int, log: Any = None) -> Any:
         def both(rec: dict[str, Any]) -> None:
             records.append({"env_steps": rec["env_steps"], "ep_return": rec["ep_return"],
-                            "ep_cost": float(rec["ep_cost"][0]), "n_episodes": rec["n_episodes"]})
+                            "ep_cost": float(rec["ep_cost"][0]), "ep_length": rec["ep_length"],
+                            "n_episodes": rec["n_episodes"]})
             if log is not None:
                 log(rec)
         return learn(self, total, both)
@@ -265,11 +269,14 @@ def table(args: argparse.Namespace) -> None:
         finals = [c[-1] for c in curves[side] if c]
         ret, ret_hw = t_interval([f["ep_return"] for f in finals])
         cost, cost_hw = t_interval([f["ep_cost"] for f in finals])
+        length = math.fsum(f["ep_length"] for f in finals) / len(finals)
         speed = math.fsum(m["env_steps_per_s"] for m in metas) / len(metas)
         rows.append({"side": side, "algo": metas[0]["algo"], "seeds": len(finals),
                      "env_steps": int(min(f["env_steps"] for f in finals)),
                      "return": round(ret, 2), "return_ci95": round(ret_hw, 2),
-                     "cost": round(cost, 2), "cost_ci95": round(cost_hw, 2), "env_steps_per_s": round(speed)})
+                     "cost": round(cost, 2), "cost_ci95": round(cost_hw, 2),
+                     "ep_length": round(length, 1), "ep_lengths": " ".join(f"{f['ep_length']:.0f}" if math.isfinite(f["ep_length"]) else "-" for f in finals),
+                     "env_steps_per_s": round(speed)})
     if not rows:
         raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.parity run ...` first")
     diffs = differences(curves)
@@ -281,13 +288,14 @@ def table(args: argparse.Namespace) -> None:
                 w = csv.DictWriter(f, fieldnames=list(table_rows[0]))
                 w.writeheader()
                 w.writerows(table_rows)
-    lines = ["| side | algorithm | seeds | env steps | final return (95% CI) | final cost (95% CI) | env-steps/s |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| side | algorithm | seeds | env steps | final return (95% CI) | final cost (95% CI) "
+             "| final episode length, per seed | env-steps/s |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         one_seed = f"n={r['seeds']}: no CI"
         lines.append(f"| {r['side']} | {r['algo']} | {r['seeds']} | {r['env_steps']} "
                      f"| {_cell(r['return'], r['return_ci95'], one_seed)} | {_cell(r['cost'], r['cost_ci95'], one_seed)} "
-                     f"| {r['env_steps_per_s']} |")
+                     f"| {r['ep_lengths']} | {r['env_steps_per_s']} |")
     lines += ["", f"Final = mean of the last {WINDOW} training episodes at the end of the run (OmniSafe's "
               "Metrics/EpRet, Metrics/EpCost); CI: Student t over seeds."]
     if diffs:

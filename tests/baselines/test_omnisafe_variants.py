@@ -182,17 +182,19 @@ def test_saved_agent_keeps_the_observation_statistics(tmp_path: Path) -> None:
 
 def test_parity_window_and_interval() -> None:
     """Our side's last-50-episode window from per-iteration means: 30 episodes of return 1,
-    then 30 of return 2 (cost 0, then 10): (30 * 2 + 20 * 1) / 50 = 1.6, cost 300 / 50 = 6."""
+    then 30 of return 2 (cost 0, then 10; length 10, then 20): (30 * 2 + 20 * 1) / 50 = 1.6,
+    cost 300 / 50 = 6, length (30 * 20 + 20 * 10) / 50 = 16."""
     from constrained_grpo.eval.parity import _windowed, our_task, t_interval
 
     rows = _windowed([
-        {"env_steps": 100, "ep_return": 1.0, "ep_cost": 0.0, "n_episodes": 30},
-        {"env_steps": 200, "ep_return": 9.0, "ep_cost": 9.0, "n_episodes": 0},
-        {"env_steps": 300, "ep_return": 2.0, "ep_cost": 10.0, "n_episodes": 30},
+        {"env_steps": 100, "ep_return": 1.0, "ep_cost": 0.0, "ep_length": 10.0, "n_episodes": 30},
+        {"env_steps": 200, "ep_return": 9.0, "ep_cost": 9.0, "ep_length": 99.0, "n_episodes": 0},
+        {"env_steps": 300, "ep_return": 2.0, "ep_cost": 10.0, "ep_length": 20.0, "n_episodes": 30},
     ])
     assert [r["env_steps"] for r in rows] == [100, 200, 300]
-    assert rows[1]["ep_return"] == 1.0  # an iteration without episodes repeats the window
+    assert rows[1] == rows[0] | {"env_steps": 200}  # an iteration without episodes repeats the window
     assert rows[2]["ep_return"] == pytest.approx(1.6) and rows[2]["ep_cost"] == pytest.approx(6.0)
+    assert rows[2]["ep_length"] == pytest.approx(16.0)
     mean, half = t_interval([1.0, 2.0, 3.0])  # sd 1, t(0.975, 2) = 4.302653
     assert mean == 2.0 and half == pytest.approx(4.302653 / 3**0.5, rel=1e-6)
     assert our_task("SafetyHopperVelocity-v1") == "Safety/HopperVelocity-v1"

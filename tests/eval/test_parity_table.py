@@ -12,10 +12,13 @@ import pytest
 from constrained_grpo.eval import parity
 
 
-def _run(root: Path, side: str, seed: int, ret: float, cost: float) -> None:
+def _run(root: Path, side: str, seed: int, ret: float, cost: float, length: float | None = None) -> None:
     d = root / side / f"seed_{seed}"
     d.mkdir(parents=True)
-    (d / "curve.csv").write_text(f"env_steps,ep_return,ep_cost\n20000,1.0,50.0\n40000,{ret},{cost}\n")
+    if length is None:  # a curve written before episode lengths were recorded
+        (d / "curve.csv").write_text(f"env_steps,ep_return,ep_cost\n20000,1.0,50.0\n40000,{ret},{cost}\n")
+    else:
+        (d / "curve.csv").write_text(f"env_steps,ep_return,ep_cost,ep_length\n20000,1.0,50.0,10\n40000,{ret},{cost},{length}\n")
     (d / "meta.json").write_text(json.dumps({"algo": side, "command": f"run {side} {seed}", "env_steps_per_s": 100.0}))
 
 
@@ -29,13 +32,15 @@ def test_t_interval_by_hand() -> None:
 def test_table_prints_intervals_only_from_two_seeds(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     for seed, (ret, cost) in enumerate([(10.0, 1.0), (20.0, 2.0), (30.0, 3.0)]):
-        _run(runs, "omnisafe", seed, ret, cost)
+        _run(runs, "omnisafe", seed, ret, cost, length=100.0 * (seed + 1))
     _run(runs, "ours", 0, 12.5, 4.0)
     parity.table(argparse.Namespace(runs=str(runs), out=str(tmp_path / "out")))
     md = (tmp_path / "out" / "parity.md").read_text()
-    assert "| omnisafe | omnisafe | 3 | 40000 | 20.0 +- 24.84 | 2.0 +- 2.48 | 100 |" in md
-    assert "| ours | ours | 1 | 40000 | 12.5 (n=1: no CI) | 4.0 (n=1: no CI) | 100 |" in md
+    assert "| omnisafe | omnisafe | 3 | 40000 | 20.0 +- 24.84 | 2.0 +- 2.48 | 100 200 300 | 100 |" in md
+    assert "| ours | ours | 1 | 40000 | 12.5 (n=1: no CI) | 4.0 (n=1: no CI) | - | 100 |" in md
     assert "nan" not in md
+    rows = (tmp_path / "out" / "parity.csv").read_text().splitlines()
+    assert rows[1].split(",")[8:10] == ["200.0", "100 200 300"]  # mean length, then per seed
     assert (tmp_path / "out" / "curves.png").stat().st_size > 0
 
 
@@ -67,3 +72,4 @@ def test_table_compares_the_sides_at_checkpoints(tmp_path: Path) -> None:
     assert rows[1] == "8000,0.0,nan,no interval,0.0,nan,no interval"
     md = (tmp_path / "out" / "parity.md").read_text()
     assert "| 40000 | 100.0 +- 22.67 | ours higher | 1.0 +- 2.27 | not separated |" in md
+
