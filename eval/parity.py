@@ -270,12 +270,13 @@ def table(args: argparse.Namespace) -> None:
         ret, ret_hw = t_interval([f["ep_return"] for f in finals])
         cost, cost_hw = t_interval([f["ep_cost"] for f in finals])
         length = math.fsum(f["ep_length"] for f in finals) / len(finals)
+        lengths = " ".join(f"{f['ep_length']:.0f}" if math.isfinite(f["ep_length"]) else "-" for f in finals)
         speed = math.fsum(m["env_steps_per_s"] for m in metas) / len(metas)
         rows.append({"side": side, "algo": metas[0]["algo"], "seeds": len(finals),
                      "env_steps": int(min(f["env_steps"] for f in finals)),
                      "return": round(ret, 2), "return_ci95": round(ret_hw, 2),
                      "cost": round(cost, 2), "cost_ci95": round(cost_hw, 2),
-                     "ep_length": round(length, 1), "ep_lengths": " ".join(f"{f['ep_length']:.0f}" if math.isfinite(f["ep_length"]) else "-" for f in finals),
+                     "ep_length": round(length, 1), "ep_lengths": lengths,
                      "env_steps_per_s": round(speed)})
     if not rows:
         raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.parity run ...` first")
