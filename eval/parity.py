@@ -193,16 +193,22 @@ def run(args: argparse.Namespace) -> None:
           f"({meta['env_steps_per_s']:.0f} env-steps/s) -> {out}")
 
 
+def _mean_var(values: list[float]) -> tuple[float, float]:
+    """(mean, unbiased sample variance ``sum (x - mean)^2 / (n - 1)``; nan for one value)."""
+    n = len(values)
+    mean = math.fsum(values) / n
+    return mean, (math.fsum((v - mean) ** 2 for v in values) / (n - 1) if n >= 2 else float("nan"))
+
+
 def t_interval(values: list[float]) -> tuple[float, float]:
     """(mean, half-width of the 95% Student-t interval); half-width nan for one value."""
     from scipy import stats  # noqa: PLC0415
 
     n = len(values)
-    mean = math.fsum(values) / n
+    mean, var = _mean_var(values)
     if n < 2:
         return mean, float("nan")
-    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return mean, float(stats.t.ppf(0.975, n - 1)) * math.sqrt(var) / math.sqrt(n)
 
 
 def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]:
@@ -212,14 +218,15 @@ def welch_interval(a: list[float], b: list[float]) -> tuple[float, float, float]
     half-width and ``nu`` nan unless both samples have two values and some spread."""
     from scipy import stats  # noqa: PLC0415
 
-    diff = math.fsum(b) / len(b) - math.fsum(a) / len(a)
+    (mean_a, var_a), (mean_b, var_b) = _mean_var(a), _mean_var(b)
+    diff = mean_b - mean_a
     if min(len(a), len(b)) < 2:
         return diff, float("nan"), float("nan")
-    v = [math.fsum((x - math.fsum(s) / len(s)) ** 2 for x in s) / (len(s) - 1) / len(s) for s in (a, b)]
-    if v[0] + v[1] == 0:
+    va, vb = var_a / len(a), var_b / len(b)  # squared standard errors
+    if va + vb == 0:
         return diff, float("nan"), float("nan")
-    nu = (v[0] + v[1]) ** 2 / math.fsum(vi**2 / (len(s) - 1) for vi, s in zip(v, (a, b)))
-    return diff, float(stats.t.ppf(0.975, nu)) * math.sqrt(v[0] + v[1]), nu
+    nu = (va + vb) ** 2 / math.fsum((va**2 / (len(a) - 1), vb**2 / (len(b) - 1)))
+    return diff, float(stats.t.ppf(0.975, nu)) * math.sqrt(va + vb), nu
 
 
 def at_steps(curve: list[dict[str, float]], steps: float) -> dict[str, float]:
