@@ -144,17 +144,17 @@ def find_runs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
         raise ResultsError(f"results directory {root} does not exist; run `cgrpo bench --out {root}` first")
-    runs: list[Path] = []
+    runs: set[Path] = set()
     # Shallowest first, so that files inside a run (an agent's own config.json) are skipped.
     for config in sorted(root.rglob(storage.CONFIG_FILE), key=lambda p: (len(p.parts), str(p))):
         rel = config.relative_to(root).parts
         if any(p.startswith(".") for p in rel):
             continue
-        if any(run in config.parents for run in runs):
+        if not runs.isdisjoint(config.parents):
             continue
         if not _is_harness_config(config):
             continue
-        runs.append(config.parent)
+        runs.add(config.parent)
     return sorted(runs)
 
 
