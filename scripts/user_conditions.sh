@@ -59,7 +59,7 @@ summary="$work/summary.txt"
 say() { echo "$*" | tee -a "$summary"; }
 failed=0
 
-say "user conditions: $(git -C "$repo" describe --always --dirty "$sha") on $(nproc) cores, $(uname -m)${kernel:+, OPENBLAS_CORETYPE=$kernel}; logs in $work"
+say "user conditions: $(git -C "$repo" describe --always "$sha") on $(nproc) cores, $(uname -m)${kernel:+, OPENBLAS_CORETYPE=$kernel}; logs in $work"
 git clone -q "$repo" "$work/clone"
 git -C "$work/clone" checkout -q "$sha"
 cd "$work/clone"
