@@ -528,11 +528,10 @@ def print_summary(m: Any, meta: Any) -> None:
     # NaN first seed: an agent without act() evaluated itself (protocol owner "agent").
     where = f"from reset seeds {int(first)}+i" if first == first else "from the agent's own evaluate()"
     from constrained_grpo.eval.leaderboard import DEFAULT_TOL as tol  # run_metrics' default too
-    from constrained_grpo.eval.metrics import Z95
 
     verdict = {"feasible": "FEASIBLE", "violates": "INFEASIBLE", "undetermined": "TOO CLOSE TO CALL"}[m["feasibility"]]
     print(f"  final policy, {int(m['eval_episodes'])} episodes {where}, "
-          f"{m['primary_policy']} actions: {verdict} (95% interval of each cost against d(1 + {tol:g}))")
+          f"{m['primary_policy']} actions: {verdict} (one-sided 95% bounds of each cost against d(1 + {tol:g}))")
     line = f"  return {m['eval_return']:.4f}"
     if meta.optimum_return is not None:
         line += f" (optimum R* {meta.optimum_return:.4f} for these limits, normalised {m['eval_return_norm']:.3f})"
@@ -541,10 +540,11 @@ def print_summary(m: Any, meta: Any) -> None:
         v, verdict_k = m[f"violation_{c.name}"], m[f"verdict_{c.name}"]
         point = "at or under it" if v <= 0 else f"over by {v:.1%}"
         ok = {"within": "kept", "over": "VIOLATED", "undetermined": "too close to call"}[verdict_k]
-        half = Z95 * m[f"eval_cost_se_{c.name}"]
-        print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} ± {half:.4f} vs limit {c.limit:g} ({point}; {ok}); "
-              f"{m[f'within_{c.name}']:.0%} of episodes within")
-    greedy = "feasible" if m["greedy_feasible"] else "infeasible"
+        lower, upper = m[f"eval_cost_lo_{c.name}"], m[f"eval_cost_hi_{c.name}"]
+        print(f"  {c.name}: cost {m[f'eval_cost_{c.name}']:.4f} in [{lower:.4f}, {upper:.4f}] vs limit {c.limit:g} "
+              f"({point}; {ok}); {m[f'within_{c.name}']:.0%} of episodes within")
+    greedy = {"feasible": "feasible", "violates": "infeasible", "undetermined": "too close to call"}.get(
+        m.get("greedy_feasibility", ""), "not evaluated")
     tail = "feasible" if m["tail_feasible"] else "infeasible"
     print(f"  greedy policy: return {m['greedy_return']:.4f}, {greedy}; average iterate (last 20% of training): "
           f"return {m['final_return']:.4f}, {tail}")

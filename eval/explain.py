@@ -2,13 +2,13 @@
 
 Per task, the ranked algorithms in rank order, then the reference policies. A sentence says
 whether the algorithm's evaluated policy keeps every limit, with the leaderboard's
-three-valued verdict per seed (``metrics.cost_verdict``: a seed keeps the limits when the 95%
-interval ``J_k +- 1.96 se_k`` of each evaluated cost lies within ``d_k (1 + tol)``, breaks limit k
-when it lies wholly above, and cannot be told otherwise), its mean evaluated return
+three-valued verdict per seed (``constrained_grpo.eval.verdict``: a seed keeps the limits when
+the one-sided 95% upper bound ``U_k`` of each evaluated cost is within ``d_k (1 + tol)``, breaks
+limit k when its lower bound is above, and cannot be told otherwise), its mean evaluated return
 ``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the task has one, for each
 broken limit the mean cost ``J_k`` against ``d_k`` and the share of evaluation episodes over
 ``d_k`` (``1 - within_k``) over the seeds that break it, and for the seeds that cannot be told
-the mean cost and interval half-width ``1.96 se_k``. "highest return" marks the ranked
+the mean cost and upper bound ``U_k``. "highest return" marks the ranked
 algorithm(s) with the largest ``R``.
 
 >>> print(explain_sentence("ppo", {"return": 1.5, "seeds": 5, "feasible": 0, "broken": {"hazard": 5},
@@ -26,7 +26,6 @@ import pandas as pd
 
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.leaderboard import Leaderboard
-from constrained_grpo.eval.metrics import Z95
 from constrained_grpo.schema import TaskMeta
 
 __all__ = ["algo_summary", "explain", "explain_sentence", "explain_task"]
@@ -71,10 +70,10 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
         # The same two numbers over the seeds that break limit k only: what "breaks" refers to.
         "broken_cost": {k: mean_of(f"eval_cost_{k}", over[k]) for k in names},
         "broken_over": {k: 1.0 - mean_of(f"within_{k}", over[k]) for k in names},
-        # Over the undetermined seeds whose cost k cannot be told: J_k and 1.96 se_k.
+        # Over the undetermined seeds whose cost k cannot be told: J_k and its upper bound U_k.
         "unsure": {k: int(unsure[k].sum()) for k in names},
         "unsure_cost": {k: mean_of(f"eval_cost_{k}", unsure[k]) for k in names},
-        "unsure_half": {k: Z95 * mean_of(f"eval_cost_se_{k}", unsure[k]) for k in names},
+        "unsure_upper": {k: mean_of(f"eval_cost_hi_{k}", unsure[k]) for k in names},
     }
 
 
@@ -102,9 +101,10 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
                          f"{_g(limits[k])}, {over:.0%} of episodes over it{where})")
     u = int(summary.get("undetermined", 0))
     if u:
-        close = [f"{k} {_g(summary['unsure_cost'][k])} ± {_g(summary['unsure_half'][k])} against {_g(limits[k])}"
+        close = [f"{k} {_g(summary['unsure_cost'][k])}, upper bound {_g(summary['unsure_upper'][k])}, against {_g(limits[k])}"
                  for k, count in summary.get("unsure", {}).items() if count]
-        detail = f" ({'; '.join(close)}: the 95% interval over the evaluation episodes straddles the limit)" if close else ""
+        detail = (f" ({'; '.join(close)}: the 95% bounds over the evaluation episodes straddle the tolerated level)"
+                  if close else "")
         parts.append(f"too close to call on {u}/{n} seeds{detail}")
     if not parts:  # neither feasible, broken nor undetermined: not reachable
         parts.append("breaks a limit")

@@ -5,10 +5,11 @@ Rules (docs/benchmark.md, "Ranking"):
 * **What is scored.** Each run's final policy, evaluated by the harness on the same
   episodes as every other run of the task, sampling its actions (the primary evaluation;
   the greedy policy and the training tail, the "average iterate", are reported beside it).
-* **Feasible, breaks, undetermined.** A verdict needs the data: a run is feasible when the
-  95% interval J_k +- 1.96 se_k of every evaluated cost (se over its evaluation episodes)
-  lies within d_k + tol c(d_k), it breaks limit k when that interval lies wholly above it,
-  and it is undetermined otherwise (``metrics.cost_verdict``). An algorithm's feasibility on
+* **Feasible, breaks, undetermined.** A verdict needs the data (``eval.verdict``): a run is
+  feasible when the one-sided 95% upper bound U_k of every evaluated cost (exact
+  Clopper-Pearson for an indicator, Student's t otherwise) is at most d_k + tol c(d_k), it
+  breaks limit k when the lower bound L_k (at 5%/K) is above it, and it is undetermined
+  otherwise: each wrong call has probability at most 5%. An algorithm's feasibility on
   a task: its feasible and undetermined seeds, and P(feasible) (:func:`p_feasible`: the
   seeds resampled and the evaluation noise added).
 * **Score.** ``metrics.constrained_score`` from the point estimates: max(normalised
@@ -57,6 +58,7 @@ __all__ = [
     "SIGNIFICANT_DIGITS",
     "Section",
     "build_leaderboard",
+    "seeds_to_separate",
     "check_submission",
     "comparability",
     "p_feasible",
@@ -73,7 +75,7 @@ BUDGET_RATIO = 1.25
 #: Significant digits of the floats in ``runs.csv``.
 SIGNIFICANT_DIGITS = 10
 #: Stability classes from best to worst (``constrained_grpo.eval.stability``).
-_CLASS_ORDER = ("settled", "bounded oscillation", "diverging", "at bound")
+_CLASS_ORDER = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,15 @@ class Leaderboard:
     preamble: tuple[str, ...] = ()
     not_ranked: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @property
+    def pairs(self) -> pd.DataFrame:
+        """Every tested pair, per task and per suite aggregate: ``scope`` (the task id, or
+        ``suite:NAME``), ``a``, ``b``, ``mean_a_minus_b``, ``p``, ``p_holm``, ``separated``."""
+        rows = [{"scope": task, **r} for task, df in sorted(self.per_task.items()) for r in df.attrs.get("pair_tests", [])]
+        rows += [{"scope": f"suite:{suite}", **r} for suite, df in sorted(self.overall.items())
+                 for r in df.attrs.get("pair_tests", [])]
+        return pd.DataFrame(rows, columns=["scope", "a", "b", "mean_a_minus_b", "p", "p_holm", "separated"])
+
 
 # ------------------------------------------------------------------------------ formatting
 
@@ -116,14 +127,17 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "0." + "0" * digits if text == "-0." + "0" * digits else text
 
 
-def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3) -> str:
-    """``point [lo, hi]``; no interval below MIN_SEEDS_FOR_CI; a zero-width one flagged."""
+def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3, same: bool = False) -> str:
+    """``point [lo, hi]``; no interval below MIN_SEEDS_FOR_CI; a zero-width one says why:
+    ``same`` (every seed has the same value) or only the bootstrap's percentiles coincide."""
     if not math.isfinite(point):
         return "—"
     if n < stats.MIN_SEEDS_FOR_CI:
         return f"{_num(point, digits)} (n={n}: no CI)"
     text = f"{_num(point, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
-    return text + " (identical seeds)" if lo == hi else text
+    if lo != hi:
+        return text
+    return text + (" (identical seeds)" if same else " (zero-width interval: most seeds share one value)")
 
 
 def _limit(x: float) -> str:
@@ -152,47 +166,77 @@ def _round_key(x: float) -> float:
     return float(f"{x:.12g}") if math.isfinite(x) else x
 
 
+#: Family-wise error of a task's (or suite's) separations: Holm-adjusted p <= SEPARATION_ALPHA.
+SEPARATION_ALPHA = 0.05
+
+
 def shared_ranks(
     samples: Mapping[str, np.ndarray],
     seeds: Mapping[str, Sequence[int]] | None = None,
     *,
-    reps: int = stats.BOOTSTRAP_REPS,
+    reps: int = stats.PERMUTATION_REPS,
     seed: int = stats.BOOTSTRAP_SEED,
 ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], tuple[float, float, float]]]:
     """Ranks of algorithms from per-seed scores (higher is better).
 
-    Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a},
-    where b is separated above a when both have >= MIN_SEEDS_FOR_CI seeds and the 95%
-    bootstrap interval of mean(b) - mean(a) lies above 0 (paired by seed when both ran the
-    same seeds); ``average_rank[a]`` is the fractional rank of the IQM point estimates,
-    exact ties sharing the average of their places (descriptive, for the suite mean);
-    ``diff[(a, b)]`` is (mean(a) - mean(b), lo, hi) for every ordered pair that was tested.
+    Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a}.
+    Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with
+    :func:`~constrained_grpo.eval.stats.permutation_test` on the difference of their mean
+    scores (the statistic the table ranks by; paired by seed when both ran the same seeds,
+    exact over the 2^n swaps), and b is separated above a when mean(b) > mean(a) and the
+    Holm-adjusted p-value over the tested pairs is at most ``SEPARATION_ALPHA``: the chance
+    of any false separation among them is at most 5%. With n paired seeds the smallest p is
+    2/2^n, so m pairs can be separated at all only from n >= log2(2 m / 0.05) seeds
+    (:func:`seeds_to_separate`). ``average_rank[a]`` is the fractional rank of the mean
+    scores, exact ties sharing the average of their places (descriptive, for the suite
+    mean); ``diff[(a, b)]`` is (mean(a) - mean(b), p, Holm-adjusted p) for every ordered
+    pair that was tested.
     """
     algos = sorted(samples)
     seeds = seeds or {}
-    diff: dict[tuple[str, str], tuple[float, float, float]] = {}
-    better: dict[str, int] = {a: 0 for a in algos}
+    raw: dict[tuple[str, str], tuple[float, float]] = {}
     for i, a in enumerate(algos):
         for b in algos[i + 1:]:
             x, y = np.asarray(samples[a], float), np.asarray(samples[b], float)
             if min(x.size, y.size) < stats.MIN_SEEDS_FOR_CI:
                 continue
             paired = seeds.get(a) is not None and list(seeds.get(a, [])) == list(seeds.get(b, []))
-            d, lo, hi = stats.difference_ci({"t": x}, {"t": y}, paired=paired, reps=reps, seed=seed)
-            diff[(a, b)] = (d, lo, hi)
-            diff[(b, a)] = (-d, -hi, -lo)
-            if lo > 0:
-                better[b] += 1
-            elif hi < 0:
-                better[a] += 1
-    points = np.array([_round_key(_iqm(np.asarray(samples[a], float))) for a in algos])
-    avg = rankdata(-points, method="average") if algos else np.array([])
+            raw[(a, b)] = stats.permutation_test({"t": x}, {"t": y}, paired=paired, reps=reps, seed=seed)
+    return _ranks_from_tests(algos, raw, {a: np.asarray(samples[a], float) for a in algos})
+
+
+def _ranks_from_tests(
+    algos: Sequence[str], raw: Mapping[tuple[str, str], tuple[float, float]], points_of: Mapping[str, np.ndarray]
+) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], tuple[float, float, float]]]:
+    """Ranks from the pairs' (T, p): Holm over the pairs, b above a when T(b, a) > 0 and separated."""
+    adjusted = stats.holm({pair: p for pair, (_, p) in raw.items()})
+    diff: dict[tuple[str, str], tuple[float, float, float]] = {}
+    better: dict[str, int] = {a: 0 for a in algos}
+    for (a, b), (t, p) in raw.items():
+        q = adjusted[(a, b)]
+        diff[(a, b)], diff[(b, a)] = (t, p, q), (-t, p, q)
+        if q <= SEPARATION_ALPHA and t != 0:
+            better[b if t > 0 else a] += 1
+    points = np.array([_round_key(float(np.mean(points_of[a]))) for a in algos])
+    avg = rankdata(-points, method="average") if len(algos) else np.array([])
     return {a: 1 + better[a] for a in algos}, {a: float(r) for a, r in zip(algos, avg)}, diff
+
+
+def seeds_to_separate(pairs: int, alpha: float = SEPARATION_ALPHA) -> int:
+    """The fewest paired seeds with which the exact test can separate any of ``pairs`` pairs
+    under Holm: the smallest p, 2/2^n, must be at most alpha / pairs."""
+    return max(1, math.ceil(math.log2(2 * max(1, pairs) / alpha)))
+
+
+def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> list[dict[str, object]]:
+    """One record per tested pair (a < b): the mean difference, its p-value and Holm-adjusted p."""
+    return [{"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1], "p_holm": diff[(a, b)][2],
+             "separated": _separated(diff, a, b)} for a, b in pairs if (a, b) in diff]
 
 
 def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:
     d = diff.get((a, b))
-    return d is not None and (d[1] > 0 or d[2] < 0)
+    return d is not None and d[2] <= SEPARATION_ALPHA and d[0] != 0
 
 
 # ------------------------------------------------------------------------- comparability
@@ -275,14 +319,15 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         samples[str(algo)] = g["score"].to_numpy(dtype=float)
         seeds[str(algo)] = g["seed"].astype(int).tolist()
         row: dict[str, object] = {"algo": algo, "seeds": n}
-        for col, key in (("score", "score"), ("eval_return", "return")):
+        # The score's mean is what the rank test compares; the return is summarised robustly.
+        for col, key, fn in (("score", "score", np.mean), ("eval_return", "return", stats.iqm)):
             x = g[col].to_numpy(dtype=float)
-            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], stats.iqm, reps=reps, seed=seed)
+            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], fn, reps=reps, seed=seed)
+            row[f"{key}_same"] = bool((x == x[0]).all())
         norm = g["eval_return_norm"].to_numpy(dtype=float)
         row["norm"] = _iqm(norm) if np.isfinite(norm).all() else math.nan
         row["feasible_seeds"] = int((g["feasibility"] == "feasible").sum())
         row["undetermined_seeds"] = int((g["feasibility"] == "undetermined").sum())
-        row["within_tol_seeds"] = int((g["violation"] <= tol).sum())  # point estimates: what the score uses
         row["p_feasible"] = p_feasible(g, meta, tol, reps=reps, seed=seed)
         row["verdict"] = "yes" if row["p_feasible"] >= 0.95 else ("no" if row["p_feasible"] <= 0.05 else "uncertain")
         for k in names:
@@ -294,14 +339,17 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         row["tail_return"] = float(np.mean(g["final_return"]))
         row["tail_feasible_seeds"] = int(g["tail_feasible"].sum())
         stab = g["stability"].to_numpy(dtype=float)
+        row["stuck_seeds"] = int((g["stability_class"].astype(str) == "stuck").sum()) if "stability_class" in g else 0
         if np.isfinite(stab).all():
             row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
+            row["stability_same"] = bool((stab == stab[0]).all())
             counts = Counter(str(c) for c in g["stability_class"])
             top = max(counts.values())
             worst = max((c for c, k in counts.items() if k == top), key=lambda c: _CLASS_ORDER.index(c) if c in _CLASS_ORDER else len(_CLASS_ORDER))
             row["stability_class"] = f"{worst} {top}/{n}"
         else:
             row["stability"] = row["stability_lo"] = row["stability_hi"] = math.nan
+            row["stability_same"] = False
             row["stability_class"] = ""
         track = [g[f"tracking_{k}"].to_numpy(dtype=float) for k in names if f"tracking_{k}" in g]
         track_vals = np.concatenate(track) if track else np.array([])
@@ -312,7 +360,7 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         out.append(row)
     df = pd.DataFrame(out)
     if ranked:
-        rank, avg, diff = shared_ranks(samples, seeds, reps=reps, seed=seed)
+        rank, avg, diff = shared_ranks(samples, seeds, seed=seed)
         df["rank"] = df["algo"].map(rank)
         df["avg_rank"] = df["algo"].map(avg)
         df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
@@ -326,6 +374,7 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         df.attrs["pairs"] = len(pairs)
         df.attrs["pairs_tested"] = sum((a, b) in diff for a, b in pairs)
         df.attrs["pairs_separated"] = sum(_separated(diff, a, b) for a, b in pairs)
+        df.attrs["pair_tests"] = _pair_records(pairs, diff)
     else:
         df["rank"] = math.nan
         df["avg_rank"] = math.nan
@@ -341,7 +390,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
-    header = ["rank", "algo", "seeds", "feasible seeds", "undetermined seeds", "P(feasible)", "score IQM [95% CI]", "return IQM [95% CI]",
+    header = ["rank", "algo", "seeds", "feasible seeds", "undetermined seeds", "P(feasible)", "feasible?", "score mean [95% CI]", "return IQM [95% CI]",
               "norm. return"]
     for c in meta.constraints:
         header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
@@ -357,14 +406,15 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         else:
             rank = _rank_cell(float(r["rank"]), bool(r["shared"]))
         cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _frac(int(r["undetermined_seeds"]), n),
-                 _num(r["p_feasible"], 2),
-                 _ci(r["score"], r["score_lo"], r["score_hi"], n), _ci(r["return"], r["return_lo"], r["return_hi"], n),
+                 _num(r["p_feasible"], 2), str(r["verdict"]),
+                 _ci(r["score"], r["score_lo"], r["score_hi"], n, same=r["score_same"]),
+                 _ci(r["return"], r["return_lo"], r["return_hi"], n, same=r["return_same"]),
                  _num(r["norm"])]
         for k in names:
             cells += [_num(r[f"cost_{k}"]), _num(r[f"within_{k}"], 2), _num(r[f"violation_{k}"])]
         greedy = "—" if int(r["greedy_feasible_seeds"]) < 0 else _frac(int(r["greedy_feasible_seeds"]), n)
         cells += [_num(r["greedy_return"]), greedy, _num(r["tail_return"]), _frac(int(r["tail_feasible_seeds"]), n),
-                  _ci(r["stability"], r["stability_lo"], r["stability_hi"], n), str(r["stability_class"]) or "—",
+                  _ci(r["stability"], r["stability_lo"], r["stability_hi"], n, same=r["stability_same"]), str(r["stability_class"]) or "—",
                   _num(r["tracking"]), _num(r["lambda_dist"]), str(r["not_separated"]) or "—"]
         rows.append(tuple(cells))
     notes = [f"Suite {meta.suite}; constraints: " + ", ".join(f"{c.name} <= {_limit(c.limit)}" for c in meta.constraints) + "."]
@@ -379,14 +429,27 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
     if ranked is not None and ranked.attrs.get("pairs"):
         a = ranked.attrs
-        notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by a 95% "
-                     f"paired interval of the score difference ({a['pairs_tested']} had the seeds to be tested).")
+        notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
+                     "paired permutation test of the mean score difference, Holm-corrected over the task's pairs at 5% "
+                     f"({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv).")
     if references is not None:
         notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
                      "optimum): anchors evaluated like every run, not ranked.")
-    if ranked is not None and not (ranked["within_tol_seeds"] > 0).any():
-        notes.append(f"No algorithm is shown feasible on this task: no seed of any algorithm has every cost estimate at "
-                     f"most {tol:.0%} above its limit, so every score is minus a violation and the ranks order violations.")
+    stuck = [] if ranked is None else [f"{r['algo']} ({int(r['stuck_seeds'])}/{int(r['seeds'])} seeds)"
+                                       for r in ranked.to_dict("records") if int(r.get("stuck_seeds", 0))]
+    if stuck:
+        notes.append("FAILURE, stuck multiplier: " + ", ".join(stuck) + ": a constraint is violated through the second "
+                     "half of training while its multiplier does not move; the dual update is not working (a zero or "
+                     "tiny step, a frozen or clipped multiplier).")
+    if ranked is not None and not (ranked["feasible_seeds"] > 0).any():
+        notes.append("No algorithm is shown feasible on this task: by the verdict, no seed of any ranked algorithm keeps "
+                     f"every limit (each cost's one-sided 95% upper bound within d(1 + {tol:g})); the scores weigh what "
+                     "the evaluation episodes cannot tell.")
+    if ranked is not None and ranked.attrs.get("pairs") and stats.MIN_SEEDS_FOR_CI <= int(ranked["seeds"].min()) < (
+            need := seeds_to_separate(ranked.attrs["pairs"])):
+        notes.append(f"With {int(ranked['seeds'].min())} seeds no pair of the {ranked.attrs['pairs']} can be separated: the exact "
+                     f"test's smallest p-value is 2/2^n, and Holm over {ranked.attrs['pairs']} pairs needs at least {need} "
+                     "paired seeds. Every rank is shared.")
     if ranked is not None and int(ranked["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
         notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "
                      "algorithm is separated from it (ranks shared).")
@@ -419,25 +482,24 @@ def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Se
             "mean_rank": float(np.mean([per_task[t].set_index("algo").loc[algo, "avg_rank"] for t in tasks if algo in set(per_task[t]["algo"])])),
         })
     df = pd.DataFrame(out)
-    # Separation over the suite: the stratified bootstrap of the difference in mean score,
-    # among algorithms that ran every task with enough seeds.
+    # Separation over the suite: the permutation test of the difference in pooled mean score
+    # (the statistic ranked by), paired by (task, seed) where both ran the same seeds, among
+    # algorithms that ran every task with enough seeds; Holm over the suite's pairs.
     full = [a for a in df["algo"] if len(by[a]) == len(tasks)]
-    better = {a: 0 for a in df["algo"]}
-    diff: dict[tuple[str, str], tuple[float, float, float]] = {}
+    seeds_of = {a: {t: gt.sort_values("seed")["seed"].astype(int).tolist() for t, gt in sub[sub["algo"] == a].groupby("task")}
+                for a in full}
+    raw: dict[tuple[str, str], tuple[float, float]] = {}
     for i, a in enumerate(full):
         for b in full[i + 1:]:
             if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) < stats.MIN_SEEDS_FOR_CI:
                 continue
-            d, lo, hi = stats.difference_ci(by[a], by[b], paired=False, reps=reps, seed=seed)
-            diff[(a, b)], diff[(b, a)] = (d, lo, hi), (-d, -hi, -lo)
-            if lo > 0:
-                better[b] += 1
-            elif hi < 0:
-                better[a] += 1
-    df["rank"] = [1 + better[a] if a in full else math.nan for a in df["algo"]]
+            raw[(a, b)] = stats.permutation_test(by[a], by[b], paired=seeds_of[a] == seeds_of[b], seed=seed)
+    rank, _, diff = _ranks_from_tests(full, raw, {a: np.concatenate(list(by[a].values())) for a in full})
+    df["rank"] = [rank[a] if a in full else math.nan for a in df["algo"]]
     df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
     df["not_separated"] = [", ".join(b for b in full if b != a and not _separated(diff, a, b)) if a in full else "" for a in df["algo"]]
-    df["_point"] = -df["iqm"].map(_round_key)
+    df.attrs["pair_tests"] = _pair_records([(a, b) for i, a in enumerate(full) for b in full[i + 1:]], diff)
+    df["_point"] = -df["mean"].map(_round_key)
     df = df.sort_values(["rank", "_point", "algo"], kind="mergesort", na_position="last").drop(columns="_point")
     return df.reset_index(drop=True)
 
@@ -525,20 +587,27 @@ def build_leaderboard(
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
         "algorithm of a task, sampling its actions (the primary evaluation); its greedy (mode) policy and the "
         "average iterate (the last 20% of training iterations) are reported beside it.",
-        f"Feasibility of a run, from the 95% interval J_k +- 1.96 se_k of each evaluated cost over its episodes: "
-        f"feasible when every interval lies within d_k(1 + {tol:g}), breaks a limit when some interval lies wholly "
-        "above it, undetermined otherwise (the episodes cannot tell). P(feasible): the share of bootstrap "
+        "Feasibility of a run, from one-sided 95% bounds on each evaluated cost over its episodes (exact "
+        "Clopper-Pearson for indicator costs, Student's t otherwise): "
+        f"feasible when every upper bound is within d_k(1 + {tol:g}), breaks a limit when some lower bound (at 5%/K) "
+        "is above it, undetermined otherwise (the episodes cannot tell); each wrong call has probability at most 5%. "
+        "P(feasible): the share of bootstrap "
         "replicates (seeds resampled, each cost moved by its evaluation noise) whose mean violation "
         f"max_k max(0, J_k - d_k)/d_k is at most {tol:g}.",
-        f"Score per run, from the point estimates: max(normalised return, 0) if max_k max(0, J_k - d_k)/d_k <= {tol:g} "
+        f"Score per run: max(normalised return, 0) if max_k max(0, J_k - d_k)/d_k <= {tol:g} "
         "(normalised return 1 - (R* - R)/|R*| where the task has an exact optimum R*, the return otherwise), else "
-        "minus that violation: a run over the tolerance never scores above one within it. Ranks, aggregates and "
-        "P(X > Y) use the score.",
-        f"Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher with "
-        f"a 95% bootstrap interval of the difference (paired by seed) excluding 0; '=' marks a shared rank. With "
-        f"fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing is separated.",
+        "minus that violation, averaged over what the evaluation episodes cannot tell about each J_k (Jeffreys' "
+        "posterior for an indicator, a t-scale normal otherwise): a run clearly over the tolerance never scores above "
+        "one clearly within it, and one its episodes cannot tell is neither a keeper nor a violator by its point "
+        "estimate alone. Ranks, aggregates and P(X > Y) use the score.",
+        "Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher and "
+        "separated from it by an exact permutation test of the mean difference (paired by seed; by task and seed in "
+        f"the aggregates) with Holm's correction over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); "
+        f"'=' marks a shared rank. With fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing "
+        "is separated.",
         f"Intervals: 95% percentile bootstrap over seeds ({reps} replicates, seed {seed}), stratified by task in "
-        "the aggregates (rliable); '(identical seeds)' marks a zero-width interval.",
+        "the aggregates (rliable); a zero-width interval says why: '(identical seeds)' when every seed has the same "
+        "value, else that most seeds share one.",
         "λ stability: 1 best (see constrained_grpo.eval.stability and docs/benchmark.md); its class is the most "
         "common over seeds. Cost tracking: mean |J_t - d|/d over the second half of training where the constraint "
         "is active. ‖λ-λ*‖: distance of the final multipliers to the LP's optimal duals, for algorithms whose λ "
@@ -619,22 +688,24 @@ _CSS = (
 
 #: What each column means (a column named per constraint is matched by its prefix).
 _GLOSSARY: tuple[tuple[str, str], ...] = (
-    ("rank", "1 + the number of algorithms whose mean score is higher with a 95% paired-bootstrap interval of "
-     "the difference excluding 0; '=' marks a shared rank"),
+    ("rank", "1 + the number of algorithms whose mean score is higher and separated by an exact paired "
+     "permutation test, Holm-corrected over the pairs at 5%; '=' marks a shared rank"),
     ("algo", "the algorithm (cgrpo algos lists them)"),
     ("seeds", "runs (seeds) of the algorithm on the task"),
     ("tasks", "tasks of the suite the algorithm ran on"),
     ("runs", "runs of the algorithm over the suite's tasks"),
-    ("feasible seeds", "seeds whose final policy keeps every limit: the 95% interval of each evaluated cost J_k "
-     "lies within d_k(1 + tol)"),
-    ("undetermined seeds", "seeds where no limit is broken but some cost's 95% interval straddles d_k(1 + tol): "
-     "the evaluation episodes cannot tell (the rest of the seeds break a limit: an interval wholly above it)"),
+    ("feasible seeds", "seeds whose final policy keeps every limit: the one-sided 95% upper bound of each "
+     "evaluated cost J_k is within d_k(1 + tol)"),
+    ("undetermined seeds", "seeds where no limit is broken but some cost's bounds straddle d_k(1 + tol): "
+     "the evaluation episodes cannot tell (the rest of the seeds break a limit: a lower bound above it)"),
     ("feasible runs", "runs whose final policy is feasible"),
     ("undetermined runs", "runs whose feasibility the evaluation episodes cannot tell"),
     ("P(feasible)", "share of bootstrap replicates (seeds resampled, each cost moved by its evaluation noise) "
      "whose mean violation is within the tolerance"),
-    ("score", "constraint-aware score: max(normalised return, 0) if feasible, else minus the largest normalised "
-     "violation; IQM = interquartile mean over seeds, [95% bootstrap interval]"),
+    ("feasible?", "the algorithm's verdict on the task: yes when P(feasible) >= 0.95, no when <= 0.05, else uncertain"),
+    ("score", "constraint-aware score: max(normalised return, 0) if within the tolerance, else minus the largest "
+     "normalised violation, averaged over what the evaluation episodes cannot tell about each cost; mean or "
+     "IQM (interquartile mean) over seeds, [95% bootstrap interval]"),
     ("return", "evaluated return (sampled actions), IQM over seeds [95% interval]"),
     ("norm. return", "1 - (R* - R)/|R*|: the return relative to the task's exact optimum R*"),
     ("J ", "mean evaluated episodic cost of the constraint, against its limit d"),
@@ -648,8 +719,8 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("λ class", "most common stability class of the multipliers over seeds"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
     ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),
-    ("mean task rank", "mean over tasks of the fractional rank of the per-task score IQM"),
-    ("not separated from", "algorithms whose score the bootstrap does not separate from this one"),
+    ("mean task rank", "mean over tasks of the fractional rank of the per-task mean score"),
+    ("not separated from", "algorithms whose mean score the permutation test (Holm-corrected) does not separate from this one"),
 )
 
 
@@ -718,16 +789,18 @@ def _rounded_csv(df: pd.DataFrame) -> str:
 
 
 def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame | None = None) -> list[Path]:
-    """Write ``leaderboard.md``, ``leaderboard.html``, ``runs.csv`` (per-run metrics) and,
-    when ``table`` is given, ``results.csv`` (the long table, a valid submission)."""
+    """Write ``leaderboard.md``, ``leaderboard.html``, ``runs.csv`` (per-run metrics),
+    ``pairs.csv`` (every pair test, :attr:`Leaderboard.pairs`) and, when ``table`` is given,
+    ``results.csv`` (the long table, a valid submission)."""
     out = Path(out)
-    paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv"]
+    paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv", out / "pairs.csv"]
     storage.atomic_write_text(paths[0], render_markdown(lb))
     storage.atomic_write_text(paths[1], render_html(lb))
     storage.atomic_write_text(paths[2], _rounded_csv(lb.runs))
+    storage.atomic_write_text(paths[3], _rounded_csv(lb.pairs))
     if table is not None:
         paths.append(out / "results.csv")
-        storage.atomic_write_text(paths[3], _rounded_csv(table))
+        storage.atomic_write_text(paths[-1], _rounded_csv(table))
     return paths
 
 

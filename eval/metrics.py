@@ -19,16 +19,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from constrained_grpo.constraints import Constraint
 from constrained_grpo.schema import TaskMeta
 from constrained_grpo.eval.stability import limit_scale
-
-#: Two-sided 95% quantile of the standard normal: the interval of an evaluated mean cost.
-Z95 = 1.959963984540054
+from constrained_grpo.eval.verdict import SCORE_GRID, cost_quantiles, run_verdict
 
 __all__ = [
-    "Z95",
     "constrained_score",
-    "cost_verdict",
+    "expected_score",
     "cumulative_violation",
     "final_performance",
     "final_value",
@@ -194,6 +192,37 @@ def settling_time(
 # ------------------------------------------------------------------ constraint-aware score
 
 
+def expected_score(
+    return_value: float, optimum: float | None, costs: Sequence[np.ndarray], constraints: Sequence[Constraint], tol: float
+) -> float:
+    """:func:`constrained_score` averaged over what the evaluation episodes cannot tell about J:
+
+        score = E_J[ constrained_score(R, R*, max_k max(0, J_k - d_k)/c(d_k), tol) ]
+
+    with each J_k spread as :func:`~constrained_grpo.eval.verdict.cost_quantiles` gives it
+    (Jeffreys' posterior for an indicator, the t-scale normal otherwise) and independent
+    across k: the k-th grid is taken in a fixed shuffled order (seed k), a Latin-hypercube
+    pairing. A run that is clearly within scores max(R~, 0), one clearly over -v, and one its
+    episodes cannot tell a blend weighted by how likely each side is: never a keeper or a
+    violator by its point estimate alone. Summed exactly, on a fixed grid: machine-independent.
+    """
+    if not math.isfinite(return_value):
+        return math.nan
+    norm = normalised_return(return_value, optimum)
+    keep = max(float(norm if math.isfinite(norm) else return_value), 0.0)
+    if not constraints:
+        return keep
+    worst = np.zeros(SCORE_GRID)
+    for k, (c, x) in enumerate(zip(constraints, costs)):
+        q = cost_quantiles(x, c.limit, c.indicator)
+        if not np.isfinite(q).all():
+            return math.nan
+        q = q[np.random.default_rng(k).permutation(q.size)] if k else q
+        worst = np.maximum(worst, np.maximum(0.0, q - c.limit) / limit_scale(c.limit))
+    values = np.where(worst > tol, -worst, keep)
+    return math.fsum(values.tolist()) / values.size
+
+
 def constrained_score(return_value: float, optimum: float | None, violation: float, tol: float) -> float:
     """One number per run under which an infeasible run never beats a feasible one.
 
@@ -236,40 +265,22 @@ def standard_error(values: Sequence[float] | np.ndarray) -> float:
     return math.sqrt(math.fsum((v - m) ** 2 for v in x.tolist()) / (x.size - 1) / x.size)
 
 
-def cost_verdict(mean_cost: float, se: float, limit: float, tol: float, z: float = Z95) -> str:
-    """Whether an evaluated mean cost J (standard error se) keeps the limit d up to ``tol``.
-
-    With c = c(d) (:func:`~constrained_grpo.eval.stability.limit_scale`) and the interval
-    J +- z se: ``"within"`` when (J + z se - d)/c <= tol, ``"over"`` when (J - z se - d)/c > tol,
-    ``"undetermined"`` otherwise (the interval straddles d + tol c, or se is unknown). At a
-    binding indicator limit d = 0.1 with 500 episodes, se ~ 0.0134 and the interval is +-0.026,
-    wider than tol d = 0.01: a policy exactly at the limit is undetermined, not "over".
-    """
-    if not math.isfinite(mean_cost):
-        return "undetermined"
-    scale = limit_scale(limit)
-    if math.isfinite(se):
-        if (mean_cost + z * se - limit) / scale <= tol:
-            return "within"
-        if (mean_cost - z * se - limit) / scale > tol:
-            return "over"
-    return "undetermined"
-
-
 def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, Any]:
     """Return, per-constraint cost (mean, standard error, verdict), fraction within and
     violation of one policy's eval rows, and the run's three-valued feasibility."""
     out: dict[str, Any] = {"return": fmean(ev["return"])}
-    viols, verdicts = [], []
-    for c in meta.constraints:
-        cost = ev[f"cost_{c.name}"]
+    costs = [ev[f"cost_{c.name}"].to_numpy(dtype=float) for c in meta.constraints]
+    bounds, verdicts = run_verdict(costs, [c.limit for c in meta.constraints], [c.indicator for c in meta.constraints], tol)
+    viols = []
+    for c, cost, (lower, upper), verdict in zip(meta.constraints, costs, bounds, verdicts):
         out[f"cost_{c.name}"] = fmean(cost)
         out[f"cost_se_{c.name}"] = standard_error(cost)
+        out[f"cost_lo_{c.name}"], out[f"cost_hi_{c.name}"] = lower, upper
         out[f"within_{c.name}"] = fraction_within(cost, c.limit) if len(ev) else math.nan
         out[f"violation_{c.name}"] = normalised_violation(out[f"cost_{c.name}"], c.limit) if len(ev) else math.nan
-        out[f"verdict_{c.name}"] = cost_verdict(out[f"cost_{c.name}"], out[f"cost_se_{c.name}"], c.limit, tol)
+        out[f"verdict_{c.name}"] = verdict
         viols.append(out[f"violation_{c.name}"])
-        verdicts.append(out[f"verdict_{c.name}"])
+    out["costs"] = costs
     out["violation"] = max(viols) if viols else 0.0
     if "over" in verdicts:
         out["feasibility"] = "violates"
@@ -302,14 +313,18 @@ def run_metrics(
     * primary (last iterate, sampled; a table with only deterministic eval rows uses those,
       and says so in ``primary_policy``): ``eval_return``, ``eval_return_norm``, per
       constraint ``eval_cost_k`` (J_k), ``eval_cost_se_k`` (its standard error over the
-      episodes), ``within_k`` (fraction of episodes within d_k), ``violation_k`` =
-      max(0, J_k - d_k)/d_k and ``verdict_k`` (:func:`cost_verdict`: within / over /
-      undetermined); ``violation`` = max_k violation_k; ``feasibility`` = "violates" if some
+      episodes), ``eval_cost_lo_k`` and ``eval_cost_hi_k`` (its one-sided lower bound at
+      alpha / K and upper bound at alpha, :mod:`constrained_grpo.eval.verdict`: exact
+      Clopper-Pearson for indicators), ``within_k`` (fraction of episodes within d_k),
+      ``violation_k`` = max(0, J_k - d_k)/d_k and ``verdict_k`` (within / over /
+      undetermined, :func:`~constrained_grpo.eval.verdict.cost_verdict`); ``violation`` = max_k violation_k; ``feasibility`` = "violates" if some
       verdict_k is "over", "feasible" if every one is "within", else "undetermined";
       ``feasible`` = (feasibility == "feasible") (``satisfied`` is the same); ``score``
-      (:func:`constrained_score`, from the point estimates);
+      (:func:`expected_score`: the constrained score averaged over the evaluation's
+      uncertainty about each J_k);
     * greedy (last iterate, deterministic): ``greedy_return``, ``greedy_violation``,
-      ``greedy_feasible`` (NaN/False where there are no such rows);
+      ``greedy_feasible`` and ``greedy_feasibility`` (the three-valued verdict; NaN/False/""
+      where there are no such rows);
     * average iterate: ``final_return`` (mean training return over the tail), ``final_cost_k``,
       ``tail_violation``, ``tail_feasible``, ``tail_score``;
     * ``cum_violation_k`` (cumulative_violation) and ``train_violation_k`` = cum / s_{T-1};
@@ -352,6 +367,8 @@ def run_metrics(
             k = c.name
             row[f"eval_cost_{k}"] = main[f"cost_{k}"]
             row[f"eval_cost_se_{k}"] = main[f"cost_se_{k}"]
+            row[f"eval_cost_lo_{k}"] = main[f"cost_lo_{k}"]
+            row[f"eval_cost_hi_{k}"] = main[f"cost_hi_{k}"]
             row[f"within_{k}"] = main[f"within_{k}"]
             row[f"violation_{k}"] = main[f"violation_{k}"]
             row[f"verdict_{k}"] = main[f"verdict_{k}"]
@@ -359,12 +376,13 @@ def run_metrics(
         row["feasibility"] = main["feasibility"]
         row["feasible"] = main["feasible"]
         row["satisfied"] = main["feasible"]
-        row["score"] = constrained_score(main["return"], meta.optimum_return, main["violation"], tol)
+        row["score"] = expected_score(main["return"], meta.optimum_return, main["costs"], meta.constraints, tol)
 
         greedy = _eval_block(ev.loc[policies == "deterministic"], meta, tol) if "deterministic" in present else None
         row["greedy_return"] = greedy["return"] if greedy else math.nan
         row["greedy_violation"] = greedy["violation"] if greedy else math.nan
         row["greedy_feasible"] = greedy["feasible"] if greedy else False
+        row["greedy_feasibility"] = greedy["feasibility"] if greedy else ""
 
         row["final_return"] = final_performance(train["return"], final_frac)
         row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return)  # type: ignore[arg-type]

@@ -342,8 +342,10 @@ PRESETS: dict[str, Preset] = {
         # `make demo`: the 3x3 map, whose optimum (1.2, mixing three routes) is solved by hand in
         # docs/tutorial.md. At 300k steps the constrained GRPO learners keep both limits near R*
         # while ppo and grpo take the gem route over the fuel limit; 5 seeds are the fewest that
-        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI); 1,000 evaluation episodes
-        # resolve a cost at its limit (interval +-0.06 on fuel). Timings in docs/tuning.md.
+        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI), and too few for the rank
+        # test to separate any of the 10 pairs (9 would: leaderboard.seeds_to_separate), which
+        # the page says; 1,000 evaluation episodes bound fuel at its limit to about +-0.05.
+        # Timings in docs/tuning.md.
         Preset(
             "demo",
             "the teaching demo (`make demo`), about 2 min on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "

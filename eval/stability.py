@@ -27,20 +27,29 @@ Multiplier stability (:func:`multiplier_stability`). Over H, with
     B = min(U, D) / (2 sigma)                      the reversal amplitude,
     v_H = mean_{t in H} e_t,  v_end = mean_{end} e_t  (finite J_t only; 0 if none),
 
-the verdict is the first that applies:
+and, splitting H into its halves H1 and H2 and writing A_end for the largest rise over the
+end window divided by 2 sigma, the verdict is the first that applies:
 
 1. "at bound": lambda_max is given and lambda_t >= (1 - 1e-6) lambda_max for at least
    half of H. The projection holds lambda; the multiplier the constraint asks for is
    larger than the algorithm allows.
-2. "diverging": v_H > tol and v_end > tol (violated through the second half) and
-   B <= tol (lambda does not oscillate). A fixed point of the dual update
-   lambda <- max(0, lambda + eta (J - d)) needs J <= d; while the violation lasts, a
-   climbing lambda climbs without bound, and a flat one (a step size too small) or a
-   falling one leaves the violation in place: none approaches a fixed point. The test
-   uses the mean over H and over the end, not the last value, because where an
-   oscillation of J around d stops is a matter of phase.
-3. "settled": A <= tol.
-4. "bounded oscillation": A > tol (an oscillation, or a rise while the constraint holds).
+2. "stuck": v_H > tol and v_end > tol (violated through the second half) while lambda does
+   not move, max(U, D) <= 0.01 sigma (``OSC_REL_TOL``, the noise level of ``oscillations``):
+   the dual update is not working (a zero or tiny step, a frozen or clipped multiplier). A
+   failure, flagged on the leaderboard.
+3. "diverging": violated through the second half and B <= tol (lambda moves one way). A
+   fixed point of the dual update lambda <- max(0, lambda + eta (J - d)) needs J <= d;
+   while the violation lasts, a climbing lambda climbs without bound and a falling one
+   leaves the violation in place: neither approaches a fixed point. The test uses the
+   mean over H and over the end, not the last value, because where an oscillation of J
+   around d stops is a matter of phase.
+4. "settled": A <= tol; or lambda converges monotonically: B <= tol (no reversal), the
+   rise decelerates (the largest rise over H2 at most 3/4 of that over H1) and the end is
+   flat (A_end <= tol). A slow approach to a constant is convergence, not an oscillation.
+5. "drifting": B <= tol and A > tol otherwise: lambda keeps rising (not decelerating, or
+   still rising at the end) while its constraint holds or is slack. It has not settled, and
+   a price that climbs on a slack constraint costs return for nothing.
+6. "bounded oscillation": A > tol with reversals (B > tol).
 
 Only rises count in A: lambda >= 0, so a non-increasing lambda converges (a bounded
 monotone sequence); a decay to 0 while the constraint holds is convergence to the fixed
@@ -49,17 +58,18 @@ a finite run, cannot be told from divergence; in an oscillation of amplitude a a
 m >= lambda_ref the largest rise is 2a, so A = a / m. The score orders the classes, then
 the amplitude within a class:
 
-    score = 1/2 + 1 / (2 (1 + A))                        settled: [1/2 + 1/(2(1+tol)), 1]
-                                                         bounded oscillation: (1/2, that)
-    score = 1 / (2 (1 + A + max(0, v_H) / tol))        at bound, diverging: (0, 1/2]
+    score = 1/2 + 1 / (2 (1 + A'))                       settled: [1/2 + 1/(2(1+tol)), 1]
+                                                         (A' = A, or A_end when converging)
+    score = 1/2 + 1 / (2 (1 + A))                        bounded oscillation: (1/2, that)
+    score = 1 / (2 (1 + A + max(0, v_H) / tol))        drifting, at bound, diverging, stuck: (0, 1/2]
 
 Ordering rules, in this order: (i) class: every settled multiplier (score >= 0.955 at
-tol = 0.1) outranks every bounded oscillation (score > 1/2), which outranks every
-multiplier at its bound or diverging (score <= 1/2); (ii) within settled and bounded
+tol = 0.1) outranks every bounded oscillation (score > 1/2), which outranks every drifting,
+stuck or diverging multiplier and every one at its bound (score <= 1/2); a drifting one
+(v_H <= tol) outranks a diverging one with the same rise; (ii) within settled and bounded
 oscillation, the smaller amplitude ranks higher; (iii) within the worst class, the smaller
 A + max(0, v_H)/tol ranks higher. A flat multiplier is settled (score 1) only while its
-constraint holds; a rise is diverging while violated through H, and is judged by its
-amplitude while the constraint holds.
+constraint holds, and stuck while it is violated.
 
 Descriptive figures (not in the score): ``tv`` = sum_{t, t+1 in H} |lambda_{t+1} -
 lambda_t|; ``oscillations``: sign changes between consecutive increments of lambda over H
@@ -122,8 +132,11 @@ FINAL_FRAC = 0.1
 BOUND_SHARE = 0.5
 #: lambda_t counts as at the bound when lambda_t >= (1 - BOUND_RTOL) lambda_max.
 BOUND_RTOL = 1e-6
-#: The verdicts, best first ("diverging" and "at bound" share the worst class).
-VERDICTS = ("settled", "bounded oscillation", "diverging", "at bound")
+#: The verdicts, best first (the last four share the lower half of the score).
+VERDICTS = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
+#: "settled" for a monotone rise whose largest rise over the second quarter of H is at most
+#: this share of that over the first: a decelerating approach to a constant.
+CONVERGING_RATIO = 0.75
 
 Series = Sequence[float] | np.ndarray
 
@@ -302,17 +315,30 @@ def multiplier_stability(
     v_half = 0.0 if math.isnan(v_half) else v_half  # no estimate: no evidence of violation
     v_end = 0.0 if math.isnan(v_end) else v_end
 
+    m = max(1, math.ceil(END_FRAC * T))
+    amplitude_end = largest_rise(x[T - m:]) / (2 * sigma)
+    q = len(xh) // 2
+    converging = (reversal <= tol and amplitude_end <= tol and q >= 1
+                  and largest_rise(xh[q:]) <= CONVERGING_RATIO * largest_rise(xh[:q + 1]))
+    violated = v_half > tol and v_end > tol
     at_bound = lambda_max is not None and int(np.sum(xh >= lambda_max * (1 - BOUND_RTOL))) >= BOUND_SHARE * len(xh)
+    effective = amplitude
     if at_bound:
         verdict = "at bound"
-    elif v_half > tol and v_end > tol and reversal <= tol:
+    elif violated and max(rise, fall) <= OSC_REL_TOL * sigma:
+        verdict = "stuck"
+    elif violated and reversal <= tol:
         verdict = "diverging"
     elif amplitude <= tol:
         verdict = "settled"
+    elif converging:
+        verdict, effective = "settled", amplitude_end
+    elif reversal <= tol:
+        verdict = "drifting"
     else:
         verdict = "bounded oscillation"
     if verdict in ("settled", "bounded oscillation"):
-        score = 0.5 + 0.5 / (1.0 + amplitude)
+        score = 0.5 + 0.5 / (1.0 + effective)
     else:
         score = 0.5 / (1.0 + amplitude + max(0.0, v_half) / tol)
 

@@ -3,11 +3,11 @@
 ``cgrpo leaderboard DIR`` reads every run directory under DIR (a folder holding
 ``config.json``; complete when it also holds ``done.json``, with ``progress.csv`` and
 ``eval.csv``) and writes ``DIR/leaderboard.md``, ``DIR/leaderboard.html``, ``DIR/runs.csv``
-(metrics per run) and ``DIR/results.csv`` (the long table). The test copies the committed
+(metrics per run), ``DIR/pairs.csv`` (the rank tests) and ``DIR/results.csv`` (the long table). The test copies the committed
 files of ``results/`` (``git ls-files``; every file when the tree is not a git checkout),
 less those four outputs, to a temporary folder, runs the command there, and compares the
 outputs with the committed ones: ``leaderboard.md`` and ``leaderboard.html`` must be
-committed, ``runs.csv`` and ``results.csv`` are compared when they are.
+committed, ``runs.csv``, ``pairs.csv`` and ``results.csv`` are compared when they are.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from constrained_grpo.eval.loader import find_runs
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
 REQUIRED_OUTPUTS = ("leaderboard.md", "leaderboard.html")
-OPTIONAL_OUTPUTS = ("runs.csv", "results.csv")
+OPTIONAL_OUTPUTS = ("runs.csv", "pairs.csv", "results.csv")
 
 
 def committed_results_files() -> list[Path]:

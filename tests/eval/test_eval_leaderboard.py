@@ -42,27 +42,37 @@ def test_ranking_is_return_subject_to_satisfaction():
     steps = np.arange(40)
     table = table_of({
         "greedy": (1.9, 0.5, None),                      # best return, violates hazard
-        "safe": (1.5, 0.1, 0.5 + 0.0 * steps),           # feasible
-        "safer": (1.2, 0.0, 0.3 + 0.0 * steps),          # feasible, lower return
-        "almost": (1.8, 0.2, 0.01 * steps),              # violates less than greedy; diverging multiplier
-    })
+        "safe": (1.5, 0.1, 0.5 + 0.0 * steps),           # at its limit: 10 episodes cannot tell
+        "safer": (1.2, 0.0, 0.3 + 0.0 * steps),          # clearly within, lower return
+        "almost": (1.8, 0.2, 0.01 * steps),              # over on its point estimate; diverging multiplier
+    }, seeds=8)
     lb = build_leaderboard(table, {META.task: META}, reps=200)
     ranked = lb.per_task[META.task]
-    assert list(ranked["algo"]) == ["safe", "safer", "almost", "greedy"]
+    # The score is the constrained score averaged over the evaluation's uncertainty: "safer"
+    # keeps the limit for certain (0 events, U = 0.018 <= 0.11) and scores its normalised
+    # return 0.6175; "safe" (J = 0.1, se 0.1) keeps d(1 + tol) = 0.11 with probability about
+    # 0.54, so its 0.7675 is blended with its violations; "almost" and "greedy" lower still.
+    assert list(ranked["algo"]) == ["safer", "safe", "almost", "greedy"]
+    # Eight paired seeds, constant differences: p = 2/256 for each of the 6 pairs, Holm's
+    # largest multiplier 6 gives 0.047 <= 0.05: every pair is separated.
     assert list(ranked["rank"]) == [1, 2, 3, 4]
-    # 10 episodes cannot tell whether hazard 0.1 (se 0.1) or 0.2 (se 0.133) keeps d(1 + tol) = 0.11;
-    # 0.0 in 10/10 episodes can (se 0), and 0.5 (se 0.167) is over it by 2.3 se.
-    assert list(ranked["verdict"]) == ["uncertain", "yes", "uncertain", "no"]
-    assert list(ranked["feasible_seeds"]) == [0, 5, 0, 0]
-    assert list(ranked["undetermined_seeds"]) == [5, 0, 5, 0]
-    assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.52) / 2.0)
+    assert set(lb.pairs.loc[lb.pairs["scope"] == META.task, "p"]) == {2 / 256}
+    assert list(ranked["verdict"]) == ["yes", "uncertain", "uncertain", "no"]
+    assert list(ranked["feasible_seeds"]) == [8, 0, 0, 0]
+    assert list(ranked["undetermined_seeds"]) == [0, 8, 8, 0]
+    assert ranked.set_index("algo").loc["safer", "score"] == pytest.approx(1 - (2.0 - 1.235) / 2.0)
+    assert ranked.set_index("algo").loc["safe", "norm"] == pytest.approx(1 - (2.0 - 1.535) / 2.0)
     stab = ranked.set_index("algo")["stability"]
     assert stab["safe"] > 0.9 and stab["almost"] < stab["safer"] and np.isnan(stab["greedy"])
     overall = lb.overall["toy"]
-    assert list(overall["algo"]) == ["safe", "safer", "almost", "greedy"]
+    assert list(overall["algo"]) == ["safer", "safe", "almost", "greedy"]
     md = render_markdown(lb)
-    assert "| 1 | safe | 5 | 0/5 | 5/5 | 0.53 |" in md and "probability of improvement" in md
-    assert "<td>safe</td>" in render_html(lb)
+    assert "| 1 | safer | 8 | 8/8 | 0/8 | 1.00 |" in md and "probability of improvement" in md
+    assert "<td>safer</td>" in render_html(lb)
+    # With 5 seeds the smallest two-sided p of the exact test is 2/32 > 0.05: no pair can be
+    # separated, and every algorithm shares rank 1.
+    five = build_leaderboard(table[table["seed"] < 5], {META.task: META}, reps=200).per_task[META.task]
+    assert set(five["rank"]) == {1}
 
 
 def test_leaderboard_is_byte_for_byte_deterministic(toy_results: Path, tmp_path: Path):

@@ -15,7 +15,7 @@ import pytest
 from constrained_grpo.cli import main
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.explain import algo_summary, explain, explain_sentence, explain_task
-from constrained_grpo.eval.metrics import cost_verdict
+from constrained_grpo.eval.verdict import cost_verdict
 from constrained_grpo.eval.runner import TaskMeta
 
 META = TaskMeta(
@@ -29,12 +29,16 @@ def _run(algo: str, seed: int, ret: float, hazard: float, fuel: float, within_h:
          reference: bool = False, se_h: float = 0.0, se_f: float = 0.0) -> dict[str, object]:
     """One run's metrics row; the verdicts as the metrics give them (hand-checked below)."""
     vh, vf = max(0.0, hazard - 0.2) / 0.2, max(0.0, fuel - 4.4) / 4.4
-    verdicts = {"hazard": cost_verdict(hazard, se_h, 0.2, 0.1), "fuel": cost_verdict(fuel, se_f, 4.4, 0.1)}
+    # Bounds J -/+ 1.96 se stand in for the evaluation's one-sided bounds (se 0: both at J).
+    bounds = {"hazard": (hazard - 1.96 * se_h, hazard + 1.96 * se_h), "fuel": (fuel - 1.96 * se_f, fuel + 1.96 * se_f)}
+    verdicts = {"hazard": cost_verdict(*bounds["hazard"], 0.2, 0.1), "fuel": cost_verdict(*bounds["fuel"], 4.4, 0.1)}
     feasibility = ("violates" if "over" in verdicts.values()
                    else "feasible" if set(verdicts.values()) == {"within"} else "undetermined")
     return {"task": META.task, "algo": algo, "seed": seed, "reference": reference, "eval_return": ret,
             "eval_cost_hazard": hazard, "eval_cost_fuel": fuel, "within_hazard": within_h, "within_fuel": within_f,
             "eval_cost_se_hazard": se_h, "eval_cost_se_fuel": se_f, "verdict_hazard": verdicts["hazard"],
+            "eval_cost_lo_hazard": bounds["hazard"][0], "eval_cost_hi_hazard": bounds["hazard"][1],
+            "eval_cost_lo_fuel": bounds["fuel"][0], "eval_cost_hi_fuel": bounds["fuel"][1],
             "verdict_fuel": verdicts["fuel"], "violation_hazard": vh, "violation_fuel": vf,
             "feasibility": feasibility, "feasible": feasibility == "feasible"}
 
@@ -50,7 +54,7 @@ RUNS = pd.DataFrame([
     _run("grpo-screw", 0, 1.00, 0.10, 4.00, 0.90, 1.00),
     _run("grpo-screw", 1, 1.00, 0.40, 3.00, 0.60, 1.00),
     _run("ref-optimal", 0, 1.20, 0.20, 4.40, 0.80, 0.60, reference=True),
-    # Hazard 0.23 with se 0.02 on both seeds: interval [0.191, 0.269] straddles 0.2 * 1.1 = 0.22.
+    # Hazard 0.23 with se 0.02 on both seeds: bounds [0.1908, 0.2692] straddle 0.2 * 1.1 = 0.22.
     _run("pid-lag", 0, 1.20, 0.23, 4.00, 0.77, 1.00, se_h=0.02),
     _run("pid-lag", 1, 1.20, 0.23, 4.00, 0.77, 1.00, se_h=0.02),
 ])
@@ -71,14 +75,14 @@ def test_summary_numbers() -> None:
 
 
 def test_a_cost_whose_interval_straddles_the_limit_is_too_close_to_call() -> None:
-    assert cost_verdict(0.23, 0.02, 0.2, 0.1) == "undetermined"       # 0.23 -/+ 0.0392 around 0.22
-    assert cost_verdict(0.23, 0.0, 0.2, 0.1) == "over"
+    assert cost_verdict(0.1908, 0.2692, 0.2, 0.1) == "undetermined"   # bounds around 0.22
+    assert cost_verdict(0.23, 0.23, 0.2, 0.1) == "over"
     s = algo_summary(RUNS[RUNS["algo"] == "pid-lag"], META)
     assert s["feasible"] == 0 and s["undetermined"] == 2 and s["broken"] == {"hazard": 0, "fuel": 0}
-    assert s["unsure"] == {"hazard": 2, "fuel": 0} and s["unsure_half"]["hazard"] == pytest.approx(1.959964 * 0.02)
+    assert s["unsure"] == {"hazard": 2, "fuel": 0} and s["unsure_upper"]["hazard"] == pytest.approx(0.23 + 1.96 * 0.02)
     assert explain_sentence("pid-lag", s, META) == (
-        "pid-lag: return 1.2 against R* = 1.2; too close to call on 2/2 seeds (hazard 0.23 ± 0.0392 against 0.2: "
-        "the 95% interval over the evaluation episodes straddles the limit).")
+        "pid-lag: return 1.2 against R* = 1.2; too close to call on 2/2 seeds (hazard 0.23, upper bound 0.269, "
+        "against 0.2: the 95% bounds over the evaluation episodes straddle the tolerated level).")
 
 
 def test_sentences_in_rank_order_then_references() -> None:

@@ -19,7 +19,7 @@ def _heavy_after_import(module: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("name", ["leaderboard", "loader", "metrics", "plots", "stability", "stats"])
+@pytest.mark.parametrize("name", ["leaderboard", "loader", "metrics", "plots", "stability", "stats", "verdict"])
 def test_read_side_imports_no_trainer(name: str) -> None:
     assert _heavy_after_import(f"constrained_grpo.eval.{name}") == []
 

@@ -110,7 +110,7 @@ def test_a_multiplier_that_never_moves_is_stable_only_if_its_constraint_holds(le
     assert old_score(lam, violated=True) == pytest.approx(1.0)  # the old score: best, whatever the cost
     assert stab(lam, OK).score == 1.0
     stuck = stab(lam, BAD)
-    assert stuck.verdict == "diverging" and stuck.score == pytest.approx(1 / 12)
+    assert stuck.verdict == "stuck" and stuck.score == pytest.approx(1 / 12)
 
 
 def test_bounded_oscillations_are_ordered_by_amplitude():
@@ -135,7 +135,7 @@ def test_the_issue_orderings_hold():
              stab(np.full(N, 0.7), BAD), stab(*ISSUE["sine, 1.3 periods over the run"][:2])]
     assert {r.verdict for r in settled} == {"settled"}
     assert {r.verdict for r in oscillating} == {"bounded oscillation"}
-    assert {r.verdict for r in worst} == {"at bound", "diverging"}
+    assert {r.verdict for r in worst} == {"at bound", "diverging", "stuck"}
     assert min(r.score for r in settled) > max(r.score for r in oscillating)
     assert min(r.score for r in oscillating) > max(r.score for r in worst)
     # The ones the old score inverted: the violated ramp 0.260 above all three decays, the
@@ -160,6 +160,57 @@ def test_sine_over_the_whole_run_is_a_violated_climb_in_the_second_half():
     assert v == pytest.approx(0.215, abs=1e-3)
     assert r.verdict == "diverging" and r.score == pytest.approx(0.5 / (1 + r.amplitude + v / 0.1), rel=0.02)
     assert r.score > stab(50 * T, BAD).score
+
+
+def test_a_slow_monotone_convergence_is_settled_and_beats_a_chatter():
+    # lambda = 2 (1 - exp(-2 t)): over H it rises 2 (e^-1 - e^-2) = 0.465 around a mean of
+    # 1.53, A = 0.15 > tol, with no reversal; the rise over the last quarter is e^-0.5 = 0.61
+    # of that over the third, and the end window rises only A_end = 0.043: converging.
+    slow = stab(2 * (1 - np.exp(-2 * T)), np.full(N, D))
+    assert slow.amplitude > 0.1 and slow.verdict == "settled"
+    end = 2 * (np.exp(-2 * T[160]) - np.exp(-2 * T[-1])) / (2 * np.mean(2 * (1 - np.exp(-2 * T[100:]))))
+    assert slow.score == pytest.approx(0.5 + 0.5 / (1 + end))
+    # A +-15% chatter every iteration around 1: A = 0.3 / 2 = 0.15 with reversals.
+    chatter = stab(1 + 0.15 * (-1.0) ** IT, np.full(N, D))
+    assert chatter.verdict == "bounded oscillation" and chatter.amplitude == pytest.approx(0.15)
+    assert slow.score > chatter.score
+
+
+def test_a_rise_on_a_slack_constraint_is_drifting_not_bounded():
+    # lambda = 4 t while J = d / 2: a steady climb (not decelerating) that the constraint does not ask for.
+    drift = stab(4 * T, OK)
+    assert drift.verdict == "drifting" and drift.score == pytest.approx(0.5 / (1 + drift.amplitude))
+    assert drift.score < 0.5 < stab(*square()).score
+    # The same climb under violation is diverging, and ranks below the drifting one.
+    assert stab(4 * T, BAD).verdict == "diverging" and stab(4 * T, BAD).score < drift.score
+
+
+def test_a_multiplier_stuck_under_violation_is_flagged_on_the_board():
+    import pandas as pd
+
+    from constrained_grpo.constraints import Constraint
+    from constrained_grpo.eval.leaderboard import build_leaderboard, render_markdown
+    from constrained_grpo.schema import TaskMeta
+
+    meta = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
+                    optimal_multipliers=(0.5,))
+    rows = []
+    for algo, lam in (("frozen", 0.7), ("moving", None)):
+        for seed in range(5):
+            for t in range(40):
+                value = lam if lam is not None else 0.1 * t
+                rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": seed, "kind": "train", "iteration": t,
+                             "env_steps": 100 * (t + 1), "wall_s": 0.1 * t, "return": 1.5, "length": np.nan,
+                             "cost_hazard": 0.5, "lambda_hazard": value})
+            for i in range(20):
+                rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": seed, "kind": "eval", "policy": "sampled",
+                             "iteration": 39, "episode": i, "reset_seed": 1_000_000 + i, "env_steps": 4000, "wall_s": np.nan,
+                             "return": 1.5, "length": 5.0, "cost_hazard": float(i < 10),
+                             "lambda_hazard": lam if lam is not None else 3.9})
+    lb = build_leaderboard(pd.DataFrame(rows), {meta.task: meta}, reps=100)
+    assert set(lb.runs.loc[lb.runs["algo"] == "frozen", "stability_class"]) == {"stuck"}
+    md = render_markdown(lb)
+    assert "FAILURE, stuck multiplier: frozen (5/5 seeds)" in md and "moving (" not in md.split("FAILURE")[1].split("\n")[0]
 
 
 # ----------------------------------------------------------------- scale, bound, costs
@@ -189,7 +240,7 @@ def test_at_bound_needs_the_bound_and_half_of_the_second_half():
 def test_cost_without_estimate_is_no_evidence_of_violation():
     cost = BAD.copy()
     cost[::2] = np.nan
-    assert stab(np.full(N, 0.7), cost).verdict == "diverging"
+    assert stab(np.full(N, 0.7), cost).verdict == "stuck"
     cost[N // 2:] = np.nan
     assert stab(np.full(N, 0.7), cost).verdict == "settled"
     assert stab(np.full(N, 0.7), np.full(N, np.nan)).score == 1.0
@@ -199,7 +250,7 @@ def test_zero_limit_measures_violation_in_cost_units():
     lam = np.full(N, 0.7)
     assert S.multiplier_stability(STEPS, lam, np.full(N, 0.05), 0.0).verdict == "settled"  # 0.05 <= tol
     r = S.multiplier_stability(STEPS, lam, np.full(N, 0.3), 0.0)
-    assert r.verdict == "diverging" and r.score == pytest.approx(0.5 / (1 + 3))
+    assert r.verdict == "stuck" and r.score == pytest.approx(0.5 / (1 + 3))
 
 
 # ------------------------------------------------------------------- descriptive figures

@@ -23,7 +23,8 @@ from constrained_grpo.eval.leaderboard import (
     shared_ranks,
     write_leaderboard,
 )
-from constrained_grpo.eval.metrics import constrained_score, cost_verdict, run_metrics, standard_error
+from constrained_grpo.eval.metrics import constrained_score, run_metrics, standard_error
+from constrained_grpo.eval.verdict import cost_bounds, cost_verdict
 from constrained_grpo.eval.runner import EVAL_SEED, TaskMeta
 
 META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
@@ -70,8 +71,9 @@ def per_task(lb) -> pd.DataFrame:
 def test_exact_ties_share_a_rank_whatever_the_names():
     flat = np.full(40, 0.5)
     for names in (("aaa", "zzz"), ("zzz", "aaa")):
-        t = table(*[run_rows(a, s, ret=1.8, hazard=0.05, lam=flat) for a in names for s in range(5)],
-                  *[run_rows("weak", s, ret=1.0, hazard=0.05, lam=flat) for s in range(5)])
+        # Seven seeds: the exact paired test's smallest p, 2/128, times Holm's 3 pairs is <= 0.05.
+        t = table(*[run_rows(a, s, ret=1.8, hazard=0.05, lam=flat) for a in names for s in range(7)],
+                  *[run_rows("weak", s, ret=1.0, hazard=0.05, lam=flat) for s in range(7)])
         # The old rule sorted equal returns by name: rank 1 went to the alphabetically first.
         old = sorted(names, key=lambda a: (-1.8, a))
         assert old[0] == "aaa"
@@ -84,14 +86,16 @@ def test_exact_ties_share_a_rank_whatever_the_names():
         assert "| 1= | aaa |" in md and "| 1= | zzz |" in md and "| 3 | weak |" in md
 
 
-def test_shared_ranks_separate_only_with_an_interval():
+def test_shared_ranks_separate_only_by_the_permutation_test():
     rng = np.random.default_rng(0)
     a = 1.0 + 0.01 * rng.standard_normal(10)
     b = a - 0.5                       # clearly worse, paired
     c = a + 0.001 * rng.standard_normal(10)  # indistinguishable from a
-    rank, avg, diff = shared_ranks({"a": a, "b": b, "c": c}, {k: list(range(10)) for k in "abc"}, reps=500)
+    rank, avg, diff = shared_ranks({"a": a, "b": b, "c": c}, {k: list(range(10)) for k in "abc"})
     assert rank == {"a": 1, "c": 1, "b": 3}
-    assert diff[("a", "b")][1] > 0 and diff[("a", "c")][1] < 0 < diff[("a", "c")][2]
+    # (IQM difference, p, Holm-adjusted p): b is worse on all 10 paired seeds, p = 2/1024.
+    assert diff[("a", "b")][0] == pytest.approx(0.5) and diff[("a", "b")][1] == 2 / 1024
+    assert diff[("a", "b")][2] == pytest.approx(3 * 2 / 1024) and diff[("a", "c")][2] > 0.05
     # With 3 seeds nothing is separated: everyone shares rank 1.
     rank3, _, diff3 = shared_ranks({"a": a[:3], "b": b[:3]}, reps=200)
     assert rank3 == {"a": 1, "b": 1} and diff3 == {}
@@ -103,9 +107,10 @@ def test_shared_ranks_separate_only_with_an_interval():
 def test_infeasible_run_with_higher_return_ranks_below_a_feasible_one():
     rng = np.random.default_rng(1)
     rows = []
-    for s in range(5):
+    for s in range(6):  # six paired seeds: p = 2/64 <= 0.05 for the one pair
         rows += run_rows("breaker", s, ret=2.5 + 0.01 * rng.standard_normal(), hazard=0.5)   # above R*, infeasible
-        rows += run_rows("keeper", s, ret=1.6 + 0.01 * rng.standard_normal(), hazard=0.05)   # feasible
+        # Feasible by the verdict: no event in 20 episodes, U = t_0.95,19 (0.1 / sqrt 20) / sqrt 20 = 0.0086.
+        rows += run_rows("keeper", s, ret=1.6 + 0.01 * rng.standard_normal(), hazard=0.0)
     t = pd.DataFrame(rows)
     runs = run_metrics(t, TASKS)
     # Old aggregate: IQM of the normalised return favoured the limit breaker.
@@ -169,18 +174,27 @@ def test_feasibility_is_a_fraction_of_seeds_and_a_probability_not_a_cut_on_the_m
 
 def test_a_policy_at_a_binding_indicator_limit_is_undetermined_on_500_episodes_not_broken():
     # The exact LP policy of Grid/HazardFuel-v0 hits the hazard (d = 0.1) in 61 of the
-    # harness's 500 episodes (J = 0.122; 20,000 episodes give 0.0993): se = sqrt(0.122 * 0.878 / 499)
-    # = 0.01465, interval [0.0933, 0.1507] around d(1 + tol) = 0.11.
+    # harness's 500 episodes (J = 0.122; 20,000 episodes give 0.0993). Clopper-Pearson's
+    # one-sided 95% bounds: P(Bin(500, L) >= 61) = 0.05 and P(Bin(500, U) <= 61) = 0.05.
+    from scipy.stats import binom
+
     hits = np.array([1.0] * 61 + [0.0] * 439)
-    assert standard_error(hits) == pytest.approx(math.sqrt(0.122 * 0.878 / 499), rel=1e-12)
-    assert cost_verdict(0.122, standard_error(hits), 0.1, 0.1) == "undetermined"
-    # 20,000 episodes at 0.0993: se 0.00211, upper end 0.1034 <= 0.11.
-    assert cost_verdict(0.0993, math.sqrt(0.0993 * 0.9007 / 19_999), 0.1, 0.1) == "within"
-    # A policy that hits in 30% of 500 episodes: lower end 0.26 > 0.11.
-    assert cost_verdict(0.3, math.sqrt(0.3 * 0.7 / 499), 0.1, 0.1) == "over"
-    assert cost_verdict(0.3, math.nan, 0.1, 0.1) == "undetermined"       # one episode: no se
-    assert cost_verdict(0.0, 0.0, 0.0, 0.1) == "within"                   # d = 0: scale 1
-    assert cost_verdict(0.11, 0.0, 0.1, 0.1) == "within" and cost_verdict(0.111, 0.0, 0.1, 0.1) == "over"
+    lower, upper = cost_bounds(hits, 0.1, True, alpha_lower=0.05, alpha_upper=0.05)
+    assert binom.sf(60, 500, lower) == pytest.approx(0.05, rel=1e-6)
+    assert binom.cdf(61, 500, upper) == pytest.approx(0.05, rel=1e-6)
+    assert lower < 0.11 < upper and cost_verdict(lower, upper, 0.1, 0.1) == "undetermined"
+    # 20,000 episodes at 0.0993 (1,986 hits): U = 0.1028 (normal approximation 0.0993 +
+    # 1.645 * 0.00211 = 0.1028) <= 0.11.
+    many = np.zeros(20_000)
+    many[:1986] = 1.0
+    assert cost_verdict(*cost_bounds(many, 0.1, True, alpha_lower=0.05, alpha_upper=0.05), 0.1, 0.1) == "within"
+    # A policy that hits in 30% of 500 episodes: L = 0.266 > 0.11.
+    bad = np.array([1.0] * 150 + [0.0] * 350)
+    assert cost_verdict(*cost_bounds(bad, 0.1, True, alpha_lower=0.05, alpha_upper=0.05), 0.1, 0.1) == "over"
+    # One episode has no bound; unknown bounds are undetermined.
+    assert cost_bounds([1.0], 0.1, True, alpha_lower=0.05, alpha_upper=0.05) == (pytest.approx(math.nan, nan_ok=True),) * 2
+    assert cost_verdict(math.nan, math.nan, 0.1, 0.1) == "undetermined"
+    assert cost_verdict(0.11, 0.11, 0.1, 0.1) == "within" and cost_verdict(0.111, 0.111, 0.1, 0.1) == "over"
 
 
 def test_ten_seeds_of_one_policy_on_shared_episodes_are_not_ten_pieces_of_evidence():
@@ -366,7 +380,7 @@ def test_discriminative_power_is_reported_per_task():
     rng = np.random.default_rng(5)
     rows = []
     for a, base in (("a", 1.8), ("b", 1.8), ("c", 1.0)):
-        for s in range(5):
+        for s in range(7):
             rows += run_rows(a, s, ret=base + 0.001 * rng.standard_normal(), hazard=0.0)
     lb = build_leaderboard(pd.DataFrame(rows), TASKS, reps=300)
     df = lb.per_task[META.task]

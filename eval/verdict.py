@@ -1,0 +1,175 @@
+"""The per-run feasibility verdict: exact one-sided bounds on each evaluated cost, and the
+episodes a verdict needs.
+
+A run's final policy is evaluated on n episodes; ``J_k`` is the mean episodic cost of
+constraint k, ``d_k`` its limit, ``c_k = c(d_k)`` its scale (d, or 1 when d = 0) and
+``t_k = d_k + tol c_k`` the tolerated level. Each cost gets a one-sided lower bound ``L_k``
+and upper bound ``U_k``:
+
+* indicator constraints (cost 1 at most once per episode, so ``J_k`` is a probability):
+  Clopper-Pearson's exact binomial bounds on the x violating episodes of n,
+  ``U = Beta^{-1}(1 - a; x + 1, n - x)`` (1 when x = n) and ``L = Beta^{-1}(a; x, n - x + 1)``
+  (0 when x = 0): 0 events in 50 give U = 0.058 at a = 0.05, never a zero-width interval;
+* other costs: Student's t, ``J -/+ t_{1-a, n-1} s' / sqrt(n)`` with ``s' = max(s, c / sqrt(n))``:
+  a sample with no spread is treated as if one episode of n had been off by the limit's
+  scale, so a zero variance never certifies by itself.
+
+The verdict (:func:`cost_verdict`, :func:`run_verdict`):
+
+* **within** when every ``U_k <= t_k`` with ``a = alpha``. This is an intersection-union test:
+  if some ``J_k > t_k``, the chance of calling the run within is at most ``alpha`` (0.05),
+  with no correction for K;
+* **breaks** when some ``L_k > t_k`` with ``a = alpha / K`` (Bonferroni over the K
+  constraints): if every ``J_k <= t_k``, the chance of calling the run a violator is at most
+  ``alpha``;
+* **undetermined** otherwise: the episodes cannot tell.
+
+For indicator costs both error bounds are exact (Clopper-Pearson is conservative); the t
+bound is approximate for small n and skewed costs. The power to certify a policy sitting
+exactly at its limit (``J = d``) is :func:`certify_power` (an exact binomial sum for an
+indicator); :func:`episodes_to_certify` is the smallest n that reaches a given power, the
+evaluation size a task's limits call for (docs/benchmark.md, section 3).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from scipy import stats as sps
+
+from constrained_grpo.eval.stability import limit_scale
+
+__all__ = [
+    "ALPHA",
+    "SCORE_GRID",
+    "VERDICTS",
+    "certify_power",
+    "cost_quantiles",
+    "cost_bounds",
+    "cost_verdict",
+    "episodes_to_certify",
+    "run_verdict",
+]
+
+#: Size of each one-sided test: within (per constraint, intersection-union) and breaks (over all K).
+ALPHA = 0.05
+#: A constraint's verdict: its cost is within the tolerated level, over it, or the data cannot tell.
+VERDICTS: tuple[str, ...] = ("within", "over", "undetermined")
+#: Points of the quantile grid over which the expected score averages (metrics.expected_score).
+SCORE_GRID = 1024
+
+
+def _is_binary(x: np.ndarray) -> bool:
+    return bool(np.all((x == 0.0) | (x == 1.0)))
+
+
+def cost_bounds(
+    costs: Sequence[float] | np.ndarray, limit: float, indicator: bool, *, alpha_lower: float, alpha_upper: float
+) -> tuple[float, float]:
+    """One-sided bounds ``(L, U)`` on the mean episodic cost, ``P(J < L) <= alpha_lower`` and
+    ``P(J > U) <= alpha_upper`` (module docstring); NaN for fewer than two episodes.
+
+    An indicator constraint whose episodes are all 0 or 1 gets Clopper-Pearson's exact
+    bounds; any other cost Student's t with the standard deviation floored at ``c(d)/sqrt(n)``.
+    """
+    x = np.asarray(costs, dtype=float).ravel()
+    n = x.size
+    if n < 2 or not np.isfinite(x).all():
+        return math.nan, math.nan
+    if indicator and _is_binary(x):
+        events = int(np.count_nonzero(x))
+        lower = 0.0 if events == 0 else float(sps.beta.ppf(alpha_lower, events, n - events + 1))
+        upper = 1.0 if events == n else float(sps.beta.ppf(1.0 - alpha_upper, events + 1, n - events))
+        return lower, upper
+    mean = math.fsum(x.tolist()) / n
+    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1))
+    sd = max(sd, limit_scale(limit) / math.sqrt(n))
+    half = sd / math.sqrt(n)
+    return (mean - float(sps.t.ppf(1.0 - alpha_lower, n - 1)) * half,
+            mean + float(sps.t.ppf(1.0 - alpha_upper, n - 1)) * half)
+
+
+def cost_verdict(lower: float, upper: float, limit: float, tol: float) -> str:
+    """``"within"`` when ``U <= d + tol c(d)``, ``"over"`` when ``L > d + tol c(d)``, else
+    ``"undetermined"`` (also when a bound is unknown)."""
+    level = limit + tol * limit_scale(limit)
+    if math.isfinite(upper) and upper <= level:
+        return "within"
+    if math.isfinite(lower) and lower > level:
+        return "over"
+    return "undetermined"
+
+
+def run_verdict(
+    costs: Sequence[np.ndarray], limits: Sequence[float], indicators: Sequence[bool], tol: float, alpha: float = ALPHA
+) -> tuple[list[tuple[float, float]], list[str]]:
+    """Bounds and verdicts of a run's K constraints: upper bounds at ``alpha`` each (a run is
+    within only if all are), lower bounds at ``alpha / K`` (a run breaks if any is over)."""
+    k = max(1, len(limits))
+    bounds = [
+        cost_bounds(c, d, ind, alpha_lower=alpha / k, alpha_upper=alpha)
+        for c, d, ind in zip(costs, limits, indicators)
+    ]
+    return bounds, [cost_verdict(lo, hi, d, tol) for (lo, hi), d in zip(bounds, limits)]
+
+
+def _certifiable_events(n: np.ndarray | int, limit: float, tol: float, alpha: float) -> np.ndarray:
+    """The largest event count x of n episodes whose Clopper-Pearson upper bound is within
+    ``t = d + tol c(d)`` (-1 when not even 0 events is). By the bound's duality with the
+    binomial tail, ``U(x) <= t`` exactly when ``P(Bin(n, t) <= x) <= alpha``."""
+    level = limit + tol * limit_scale(limit)
+    n = np.asarray(n)
+    q = sps.binom.ppf(alpha, n, level)  # the smallest x with P(Bin(n, t) <= x) >= alpha
+    return np.where(sps.binom.cdf(q, n, level) > alpha, q - 1, q).astype(np.int64)
+
+
+def certify_power(limit: float, tol: float, n: int, *, rate: float | None = None, alpha: float = ALPHA) -> float:
+    """P(an indicator constraint is called within | n episodes, true rate ``rate``): the
+    exact binomial probability of at most the certifiable number of events. ``rate``
+    defaults to the limit itself (a policy sitting at its limit, as a constrained optimum does);
+    at ``rate = d + tol c(d)`` it is the test's type I error, at most ``alpha``."""
+    p = limit if rate is None else rate
+    x = int(_certifiable_events(n, limit, tol, alpha))
+    return 0.0 if x < 0 else float(sps.binom.cdf(x, n, p))
+
+
+def episodes_to_certify(
+    limit: float, tol: float, *, power: float = 0.8, alpha: float = ALPHA, cap: int = 1_000_000
+) -> int:
+    """The fewest evaluation episodes n with which a policy at its indicator limit is called
+    within with probability ``power`` (80%: 5,842 at d = 0.1, tol = 0.1; 2,577 at d = 0.2;
+    12,382 at d = 0.05). Event counts are whole, so the power is a sawtooth in n: a few
+    larger n fall back just under ``power`` before it climbs further."""
+    if not 0.0 < limit < 1.0:
+        raise ValueError(f"an indicator limit is a probability in (0, 1), got {limit}")
+    start = 2
+    while start <= cap:
+        n = np.arange(start, min(cap, 2 * start) + 1)
+        x = _certifiable_events(n, limit, tol, alpha)
+        reach = np.flatnonzero((x >= 0) & (sps.binom.cdf(np.maximum(x, 0), n, limit) >= power))
+        if reach.size:
+            return int(n[reach[0]])
+        start = 2 * start + 1
+    raise ValueError(f"more than {cap} episodes are needed to certify d = {limit} with tol = {tol}")
+
+
+def cost_quantiles(costs: Sequence[float] | np.ndarray, limit: float, indicator: bool, points: int = SCORE_GRID) -> np.ndarray:
+    """What the episodes say about the true mean cost J, as ``points`` equally likely values:
+    the quantiles at ``(m + 1/2) / points`` of Jeffreys' posterior Beta(x + 1/2, n - x + 1/2)
+    for an indicator (x violating episodes of n; it has width at x = 0 too), else of the normal
+    N(mean, s'^2 / n) with ``s'`` floored as in :func:`cost_bounds`. A fixed grid, not draws,
+    so the result is the same on every machine."""
+    x = np.asarray(costs, dtype=float).ravel()
+    n = x.size
+    u = (np.arange(points) + 0.5) / points
+    if n == 0 or not np.isfinite(x).all():
+        return np.full(points, math.nan)
+    if indicator and _is_binary(x):
+        events = int(np.count_nonzero(x))
+        return sps.beta.ppf(u, events + 0.5, n - events + 0.5)
+    mean = math.fsum(x.tolist()) / n
+    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1)) if n > 1 else 0.0
+    sd = max(sd, limit_scale(limit) / math.sqrt(n))
+    return mean + sps.norm.ppf(u) * sd / math.sqrt(n)
