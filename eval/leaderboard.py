@@ -127,9 +127,10 @@ def _num(x: float | None, digits: int = 3) -> str:
     return "0." + "0" * digits if text == "-0." + "0" * digits else text
 
 
-def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3, same: bool = False) -> str:
+def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3, same: bool = False,
+        zero_width: str = "zero-width interval: most seeds share one value") -> str:
     """``point [lo, hi]``; no interval below MIN_SEEDS_FOR_CI; a zero-width one says why:
-    ``same`` (every seed has the same value) or only the bootstrap's percentiles coincide."""
+    ``same`` (every seed has the same value), else ``zero_width``."""
     if not math.isfinite(point):
         return "—"
     if n < stats.MIN_SEEDS_FOR_CI:
@@ -137,7 +138,7 @@ def _ci(point: float, lo: float, hi: float, n: int, digits: int = 3, same: bool 
     text = f"{_num(point, digits)} [{_num(lo, digits)}, {_num(hi, digits)}]"
     if lo != hi:
         return text
-    return text + (" (identical seeds)" if same else " (zero-width interval: most seeds share one value)")
+    return text + (" (identical seeds)" if same else f" ({zero_width})")
 
 
 def _limit(x: float) -> str:
@@ -445,8 +446,9 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("No algorithm is shown feasible on this task: by the verdict, no seed of any ranked algorithm keeps "
                      f"every limit (each cost's one-sided 95% upper bound within d(1 + {tol:g})); the scores weigh what "
                      "the evaluation episodes cannot tell.")
-    if ranked is not None and ranked.attrs.get("pairs") and stats.MIN_SEEDS_FOR_CI <= int(ranked["seeds"].min()) < (
-            need := seeds_to_separate(ranked.attrs["pairs"])):
+    # The paired exact test's floor; runs on different seeds are tested unpaired and may go lower.
+    if ranked is not None and ranked.attrs.get("pairs") and not ranked.attrs.get("pairs_separated") and (
+            stats.MIN_SEEDS_FOR_CI <= int(ranked["seeds"].min()) < (need := seeds_to_separate(ranked.attrs["pairs"]))):
         notes.append(f"With {int(ranked['seeds'].min())} seeds no pair of the {ranked.attrs['pairs']} can be separated: the exact "
                      f"test's smallest p-value is 2/2^n, and Holm over {ranked.attrs['pairs']} pairs needs at least {need} "
                      "paired seeds. Every rank is shared.")
@@ -548,7 +550,9 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
                 elif min_n < stats.MIN_SEEDS_FOR_CI:
                     cells.append(_num(stats.probability_of_improvement(scores[a], scores[b]), 2))
                 else:
-                    cells.append(_ci(*stats.probability_of_improvement_ci(scores[a], scores[b], reps=reps, seed=seed), n=min_n, digits=2))
+                    poi = stats.probability_of_improvement_ci(scores[a], scores[b], reps=reps, seed=seed)
+                    why = "every run of one above every run of the other" if poi[0] in (0.0, 1.0) else "every resample ties"
+                    cells.append(_ci(*poi, n=min_n, digits=2, zero_width=why))
             poi_rows.append(tuple(cells))
         note = "P(row > column) of the constraint-aware score, averaged over tasks"
         note += " (no intervals: fewer than 5 seeds per task)." if min_n < stats.MIN_SEEDS_FOR_CI else ", with 95% CI (rliable)."

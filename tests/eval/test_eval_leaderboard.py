@@ -71,8 +71,12 @@ def test_ranking_is_return_subject_to_satisfaction():
     assert "<td>safer</td>" in render_html(lb)
     # With 5 seeds the smallest two-sided p of the exact test is 2/32 > 0.05: no pair can be
     # separated, and every algorithm shares rank 1.
-    five = build_leaderboard(table[table["seed"] < 5], {META.task: META}, reps=200).per_task[META.task]
-    assert set(five["rank"]) == {1}
+    five_lb = build_leaderboard(table[table["seed"] < 5], {META.task: META}, reps=200)
+    assert set(five_lb.per_task[META.task]["rank"]) == {1}
+    # ... and the page says so: Holm over 6 pairs needs 2/2^n <= 0.05/6, n >= 8.
+    assert "With 5 seeds no pair of the 6 can be separated" in render_markdown(five_lb)
+    assert "needs at least 8 paired seeds" in render_markdown(five_lb)
+    assert "can be separated" not in md  # eight seeds separate every pair
 
 
 def test_leaderboard_is_byte_for_byte_deterministic(toy_results: Path, tmp_path: Path):
