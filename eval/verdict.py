@@ -65,6 +65,19 @@ def _is_binary(x: np.ndarray) -> bool:
     return bool(np.all((x == 0.0) | (x == 1.0)))
 
 
+def _mean_and_floored_sd(x: np.ndarray, limit: float) -> tuple[float, float]:
+    """Exact mean and sample sd (ddof 1; 0 for one episode), the sd floored at c(d)/sqrt(n)."""
+    n = x.size
+    mean = math.fsum(x.tolist()) / n
+    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1)) if n > 1 else 0.0
+    return mean, max(sd, limit_scale(limit) / math.sqrt(n))
+
+
+def _tolerated(limit: float, tol: float) -> float:
+    """t = d + tol c(d): the level a cost is judged against."""
+    return limit + tol * limit_scale(limit)
+
+
 def cost_bounds(
     costs: Sequence[float] | np.ndarray, limit: float, indicator: bool, *, alpha_lower: float, alpha_upper: float
 ) -> tuple[float, float]:
@@ -83,9 +96,7 @@ def cost_bounds(
         lower = 0.0 if events == 0 else float(sps.beta.ppf(alpha_lower, events, n - events + 1))
         upper = 1.0 if events == n else float(sps.beta.ppf(1.0 - alpha_upper, events + 1, n - events))
         return lower, upper
-    mean = math.fsum(x.tolist()) / n
-    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1))
-    sd = max(sd, limit_scale(limit) / math.sqrt(n))
+    mean, sd = _mean_and_floored_sd(x, limit)
     half = sd / math.sqrt(n)
     return (mean - float(sps.t.ppf(1.0 - alpha_lower, n - 1)) * half,
             mean + float(sps.t.ppf(1.0 - alpha_upper, n - 1)) * half)
@@ -94,7 +105,7 @@ def cost_bounds(
 def cost_verdict(lower: float, upper: float, limit: float, tol: float) -> str:
     """``"within"`` when ``U <= d + tol c(d)``, ``"over"`` when ``L > d + tol c(d)``, else
     ``"undetermined"`` (also when a bound is unknown)."""
-    level = limit + tol * limit_scale(limit)
+    level = _tolerated(limit, tol)
     if math.isfinite(upper) and upper <= level:
         return "within"
     if math.isfinite(lower) and lower > level:
@@ -119,7 +130,7 @@ def _certifiable_events(n: np.ndarray | int, limit: float, tol: float, alpha: fl
     """The largest event count x of n episodes whose Clopper-Pearson upper bound is within
     ``t = d + tol c(d)`` (-1 when not even 0 events is). By the bound's duality with the
     binomial tail, ``U(x) <= t`` exactly when ``P(Bin(n, t) <= x) <= alpha``."""
-    level = limit + tol * limit_scale(limit)
+    level = _tolerated(limit, tol)
     n = np.asarray(n)
     q = sps.binom.ppf(alpha, n, level)  # the smallest x with P(Bin(n, t) <= x) >= alpha
     return np.where(sps.binom.cdf(q, n, level) > alpha, q - 1, q).astype(np.int64)
@@ -169,7 +180,5 @@ def cost_quantiles(costs: Sequence[float] | np.ndarray, limit: float, indicator:
     if indicator and _is_binary(x):
         events = int(np.count_nonzero(x))
         return sps.beta.ppf(u, events + 0.5, n - events + 0.5)
-    mean = math.fsum(x.tolist()) / n
-    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1)) if n > 1 else 0.0
-    sd = max(sd, limit_scale(limit) / math.sqrt(n))
+    mean, sd = _mean_and_floored_sd(x, limit)
     return mean + sps.norm.ppf(u) * sd / math.sqrt(n)
