@@ -16,7 +16,6 @@ multiplier state and the counters.
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import os
@@ -57,7 +56,8 @@ from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult, register_agent
-from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
+from constrained_grpo.sampling import categorical_from_uniform, gaussian_from_uniform
+from constrained_grpo.tasks import make_env, rollout_episodes, task_info
 from constrained_grpo.wrappers import RecordEpisodeCost
 
 __all__ = [
@@ -154,7 +154,7 @@ def _probe_cost_contract(env_id: str, env_kwargs: Mapping[str, Any], seed: int) 
     env = make_env(env_id, **env_kwargs)
     try:
         if isinstance(env.observation_space, gym.spaces.Text) or isinstance(env.action_space, gym.spaces.Text):
-            family = importlib.import_module(TASK_PACKAGE).task_info(env_id).family
+            family = task_info(env_id).family.name
             raise ValueError(
                 f"{env_id!r} is a {family!r} task: it takes and gives text, and the PPO baselines "
                 f"({', '.join(sorted(BASELINES))}) need Box or Discrete spaces for their MLP policies; "
@@ -428,6 +428,28 @@ class BaselineAgent:
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """The action for one observation (Contract 2; sampling uses torch's global generator)."""
         return self.predict(obs, deterministic)
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        """Actions for a batch ``(B, ...)``: SB3's mode, or the action the episodes' draws
+        ``uniforms`` ``(B, D)`` pick by inverse transform sampling from the policy's
+        distribution (:mod:`constrained_grpo.sampling`); Box actions clipped as ``predict`` does."""
+        policy = self.model.policy
+        with th.no_grad():
+            obs_t, _ = policy.obs_to_tensor(np.asarray(obs))
+            dist = policy.get_distribution(obs_t)
+            if deterministic:
+                actions = dist.get_actions(deterministic=True).cpu().numpy()
+            elif isinstance(self.model.action_space, gym.spaces.Discrete):
+                actions = categorical_from_uniform(dist.distribution.probs.double().cpu().numpy(), uniforms)
+            else:
+                mean = dist.distribution.mean.double().cpu().numpy()
+                actions = gaussian_from_uniform(mean, dist.distribution.stddev.double().cpu().numpy(), uniforms)
+        space = self.model.action_space
+        if isinstance(space, gym.spaces.Box):
+            actions = actions.reshape((-1, *space.shape))
+            actions = policy.unscale_action(actions) if policy.squash_output else np.clip(actions, space.low, space.high)
+            return actions.astype(space.dtype)
+        return np.asarray(actions).reshape(-1).astype(np.int64)
 
     def evaluate(self, n_episodes: int = 10, deterministic: bool = True, seed: int | None = None) -> EvalResult:
         """``n_episodes`` episodes on a fresh env; episode i starts from ``reset(seed + i)``.

@@ -11,7 +11,6 @@ field (:func:`merge_config_layers`). The flat spelling ``multiplier_<field>`` (e
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -26,7 +25,6 @@ __all__ = [
     "DUMMY_SIZES",
     "PPOConfig",
     "PPOLagConfig",
-    "TASK_DEFAULTS",
     "VEC_ENVS",
     "merge_config_layers",
     "task_defaults",
@@ -57,27 +55,15 @@ DUMMY_SIZES: dict[str, int] = {"n_envs": 8, "n_steps": 512, "batch_size": 256}
 
 _SIZE_FIELDS: tuple[str, ...] = ("n_envs", "n_steps", "batch_size")
 
-#: Options every baseline takes on the tasks matching an ``fnmatch`` pattern of task ids,
-#: over its own row of ``BASELINES`` and under the user's options.
-#:
-#: - ``Grid/*``: finite-horizon tasks with an exact optimum. R*, the leaderboard and the
-#:   GRPO agents score the undiscounted episodic return ``sum_t r_t`` (and costs
-#:   ``sum_t c_{k,t}``), so the baselines optimise that too: ``gamma = 1`` (``cost_gamma``
-#:   follows it). With 0.99 the 21-step gem route of Grid/HazardFuel-v0 is worth
-#:   ``0.99^12 ~ 0.89`` of what it scores relative to the 9-step safe route: a different
-#:   problem from the one ranked. ``gae_lambda`` stays 0.95 < 1: it trades the variance of
-#:   the Monte-Carlo return for the critic's bias, not the objective. The horizon is part
-#:   of the task (the LP's too), so an episode cut by it is not bootstrapped
-#:   (``time_limit_bootstrap``).
-TASK_DEFAULTS: dict[str, dict[str, Any]] = {"Grid/*": {"gamma": 1.0, "time_limit_bootstrap": False}}
-
-
 def task_defaults(env_id: str) -> dict[str, Any]:
-    """The :data:`TASK_DEFAULTS` rows matching ``env_id``, merged in table order."""
+    """The options every baseline takes on ``env_id``, over its own row of ``BASELINES`` and
+    under the user's options: its family's and its own ``sb3`` rows (``TaskInfo.algo_defaults``;
+    the gridworld's ``gamma = 1`` and why: ``constrained_grpo.envs.gridworld.tasks``)."""
+    from constrained_grpo.tasks import task_info
+
     out: dict[str, Any] = {}
-    for pattern, row in TASK_DEFAULTS.items():
-        if fnmatch.fnmatchcase(env_id, pattern):
-            out.update(row)
+    for row in task_info(env_id).algo_defaults("sb3"):
+        out.update(row)
     return out
 
 

@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("algo", metavar="ALGO")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--steps", type=int, default=20_000, help="env-step budget (default 20000)")
-    t.add_argument("--eval-episodes", type=int, default=20)
+    t.add_argument("--eval-episodes", type=int, default=None,
+                   help="final-evaluation episodes per policy (default: the task family's plan from its limits)")
     t.add_argument("--out", type=Path, default=Path("runs"), help="results root (default runs/)")
     t.add_argument("--force", action="store_true", help="rerun even if the run is complete")
     t.add_argument("--no-save", action="store_true", help="do not save the agent")
@@ -140,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--algos", nargs="+", default=None, help="replace the preset's algorithms")
     b.add_argument("--seeds", type=int, default=None, help="use seeds 0..N-1")
     b.add_argument("--steps", type=int, default=None, help="env-step budget of every run")
-    b.add_argument("--eval-episodes", type=int, default=None)
+    b.add_argument("--eval-episodes", type=int, default=None,
+                   help="final-evaluation episodes per policy (default: the preset's, else each task family's plan)")
     b.add_argument("--backend", choices=["local", "ray"], default="local")
     b.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU count, or the Ray cluster's)")
     b.add_argument("--ray-address", default=None, help="address of a running Ray cluster (default: start a local one)")
@@ -328,13 +330,16 @@ def _user_code(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------------- commands
 
 
-def _unavailable_fix(err: Exception, family: str) -> str:
-    """Why a family's envs cannot be made here, and the fix (the bridge's message carries its own)."""
+def _unavailable_fix(err: Exception, task: str) -> str:
+    """Why a task's envs cannot be made here, and the fix: its family's pip extra
+    (``Family.extra``); the bridge's message carries its own."""
+    from constrained_grpo.tasks import task_info
+
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     if "fix" in text.lower():
         return text
     if isinstance(err, ImportError):
-        extra = {"highway": "highway", "math": "math"}.get(family)
+        extra = task_info(task).family.extra
         fix = f"pip install 'constrained-grpo[{extra}]'" if extra else "install the missing package"
         return f"{text}. To fix: {fix}"
     return f"{type(err).__name__}: {text}"
@@ -342,13 +347,13 @@ def _unavailable_fix(err: Exception, family: str) -> str:
 
 def _cmd_envs(args: argparse.Namespace) -> int:
     from constrained_grpo.constraints import get_constraints
-    from constrained_grpo.envs import list_tasks, task_info
-    from constrained_grpo.tasks import known_task_ids, make_env
+    from constrained_grpo.envs import list_tasks
+    from constrained_grpo.tasks import known_task_ids, make_env, task_info
 
     suite = set(list_tasks())
 
     def family(task: str) -> str:
-        return task_info(task).family if task in suite else "user"
+        return task_info(task).family.name
 
     tasks = [t for t in known_task_ids() if args.family is None or family(t) == args.family]
     if not tasks:
@@ -357,7 +362,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     broken: dict[str, str] = {}  # family -> why its envs cannot be made here
     for task in tasks:
         fam = family(task)
-        description = task_info(task).description if task in suite else (gym_spec_entry(task))
+        description = task_info(task).description or gym_spec_entry(task)
         if fam in broken:
             print(f"{task}  [{fam}]  {description}\n    UNAVAILABLE here (see above)")
             continue
@@ -368,7 +373,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
             finally:
                 env.close()
         except Exception as err:  # one family that cannot start must not hide the others
-            broken[fam] = _unavailable_fix(err, fam)
+            broken[fam] = _unavailable_fix(err, task)
             print(f"{task}  [{fam}]  {description}\n    UNAVAILABLE here: {broken[fam]}")
             continue
         print(f"{task}  [{fam}]  {description}")
@@ -479,12 +484,18 @@ def _duration(seconds: float) -> str:
 
 def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
-    from constrained_grpo.eval.runner import RunSpec, execute_run, run_meta, task_meta
+    from constrained_grpo.eval.runner import RunSpec, check_eval_size, execute_run, run_meta, task_meta
+    from constrained_grpo.eval.verdict import EvalSizeError
     from constrained_grpo.registry import agent_spec
 
     agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
     _resolve(args.algo, args.task, config)  # misspelled or mistyped options too
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
+    meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
+    try:
+        check_eval_size(spec, meta)
+    except EvalSizeError as err:
+        raise CliError(str(err).replace(f"{spec.key}: eval_episodes", "--eval-episodes")) from None
     path = spec.run_dir(args.out)
     if storage.is_complete(path):
         try:
@@ -502,7 +513,6 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
             return 0
         with storage.run_lock(path):
             (path / storage.DONE_FILE).unlink()
-    meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
     remove = storage.add_record_hook(_ProgressLines(spec.steps, meta.limits)) if not args.quiet else None
     try:
         outcome = execute_run(spec, args.out, meta=meta)

@@ -12,7 +12,7 @@
 * ``ref-warmstart`` (math): the text agent's warm-started policy with no GRPO update, the
   point every GRPO learner of a math task starts from.
 
-Which task runs which: ``FAMILY_REFERENCES`` of :mod:`constrained_grpo.eval.presets`.
+Which task runs which: its family's ``references`` (``TaskInfo.task_references``, envs/registration.py).
 
 They do not learn. ``learn`` plays ``episodes`` evaluation-free episodes and logs them as
 one iteration (Contract 2 asks for a record per iteration); the harness then evaluates them
@@ -27,10 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints
 from constrained_grpo.options import check_options
+from constrained_grpo.sampling import categorical_from_uniform
 from constrained_grpo.registry import EvalResult, register_agent
 from constrained_grpo.tasks import make_env, rollout_episodes
 
@@ -113,6 +115,24 @@ class ReferenceAgent:
     def act(self, obs: np.ndarray, deterministic: bool = True) -> Any:
         """The reference policy's action (its most likely action when ``deterministic``)."""
         return self._act(obs, deterministic)
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        """Actions for a batch ``(B, ...)``, sampled from the episodes' draws ``uniforms``
+        ``(B, D)`` (:mod:`constrained_grpo.sampling`): the random policy is uniform over the
+        actions (``floor(u n)``, or ``low + u (high - low)`` in a Box) in both modes; a tabular
+        policy (``probs_batch``) takes its mode or the inverse-transform draw; a scripted one acts
+        on each observation (it does not sample)."""
+        space = self.env.action_space
+        if self.policy == "random":
+            if isinstance(space, gym.spaces.Discrete):
+                return space.start + np.minimum((uniforms[:, 0] * space.n).astype(np.int64), space.n - 1)
+            low, high = np.asarray(space.low, np.float64), np.asarray(space.high, np.float64)
+            return (low + uniforms.reshape((-1, *space.shape)) * (high - low)).astype(space.dtype)
+        probs = getattr(self._act, "probs_batch", None)
+        if callable(probs):
+            table = probs(np.asarray(obs))
+            return table.argmax(axis=1) if deterministic else categorical_from_uniform(table, uniforms)
+        return np.asarray([self._act(o, deterministic) for o in obs])
 
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "ReferenceAgent":
         """No learning: one iteration of ``episodes`` sampled episodes, logged."""

@@ -18,7 +18,7 @@ import numpy as np
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult
 
-__all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
+__all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "task_info", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
 
 TASK_PACKAGE = "constrained_grpo.envs"
 #: Modules (comma-separated) imported with the task families, in this process and in every
@@ -59,6 +59,14 @@ def ensure_tasks_registered() -> None:
         import_user_modules()
 
 
+def task_info(env_id: str) -> Any:
+    """The facts of task ``env_id`` (``constrained_grpo.envs.task_info``: its family's
+    evaluation plan, references, text or not, pip extra and default settings), the one
+    lookup every part uses; raises ``gymnasium.error.UnregisteredEnv`` for an unknown id."""
+    ensure_tasks_registered()
+    return importlib.import_module(TASK_PACKAGE).task_info(env_id)
+
+
 def split_task_id(env_id: str) -> tuple[str | None, str]:
     """Gymnasium's ``"module:Task-v0"`` syntax: ``("module", "Task-v0")``; a plain id: ``(None, id)``."""
     module, colon, task = env_id.rpartition(":")
@@ -66,10 +74,13 @@ def split_task_id(env_id: str) -> tuple[str | None, str]:
 
 
 def known_task_ids() -> list[str]:
-    """The suite's task ids followed by the ids that user modules (``--import``) registered."""
+    """The suite's task ids followed by the ids that user modules registered (``--import``, or
+    ``register_task`` in a module imported otherwise)."""
     ensure_tasks_registered()
-    suite = importlib.import_module(TASK_PACKAGE).list_tasks()
-    return suite + sorted(_USER_IDS - set(suite))
+    package = importlib.import_module(TASK_PACKAGE)
+    suite = package.list_tasks()
+    declared = set(package.user_tasks())  # register_task, in a module imported any way
+    return suite + sorted((_USER_IDS | declared) - set(suite))
 
 
 def check_task_id(env_id: str) -> None:

@@ -1,25 +1,137 @@
-"""The task table entry and the registration helper shared by every task family."""
+"""What a task family declares, where it registers: its table entries and its facts.
+
+A task's training and evaluation settings come from its :class:`Family` (and the few
+fields its own :class:`TaskInfo` row sets), never from the text of its id: the same env
+registered as ``Grid/MyGrid-v0`` or ``Foo/MyGrid-v0`` gets the same settings. A user's
+task declares its facts with :func:`register_task` in its ``--import`` module; an id
+registered with gymnasium alone gets :data:`USER_FAMILY`'s.
+
+Light at import (gymnasium and the standard library only): the read side may use it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import gymnasium as gym
 
-__all__ = ["TaskInfo", "register_table"]
+__all__ = ["ALGO_FAMILIES", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
+
+#: The algorithm families a task family gives default settings to: the GRPO agents
+#: (:mod:`constrained_grpo.agents`) and the stable-baselines3 baselines.
+ALGO_FAMILIES: tuple[str, ...] = ("grpo", "sb3")
+
+
+@dataclass(frozen=True)
+class EvalPlan:
+    """How many final-evaluation episodes a family's runs get (docs/benchmark.md, section 3).
+
+    The count is planned from the task's limits: for every indicator constraint, the fewest
+    episodes with which a policy sitting exactly at its limit is certified *within* with
+    probability ``power`` (an exact binomial computation); for every other cost, the normal
+    approximation with the standard deviation measured on the first ``pilot`` episodes;
+    the largest of these, at most ``cap``. A family whose episodes are expensive keeps a
+    smaller ``cap``, and its docs say what the plan would need.
+
+    Attributes:
+        power: the probability to certify a policy at its limit.
+        cap: the most episodes per policy.
+        pilot: episodes evaluated first when a cost is not an indicator (its spread sets the plan).
+    """
+
+    power: float = 0.95
+    cap: int = 20_000
+    pilot: int = 1_000
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.power < 1.0:
+            raise ValueError(f"EvalPlan power must be in (0, 1), got {self.power}")
+        if self.cap < 2 or self.pilot < 2:
+            raise ValueError(f"EvalPlan cap and pilot must be >= 2, got cap={self.cap}, pilot={self.pilot}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"power": self.power, "cap": self.cap, "pilot": self.pilot}
+
+
+@dataclass(frozen=True)
+class Family:
+    """The facts every task of a family shares.
+
+    Attributes:
+        name: ``gridworld``, ``highway``, ``math``, ``safety``, or a user family's name.
+        eval: how its final evaluations are sized (:class:`EvalPlan`).
+        references: the reference policies (unranked rows) a preset runs on its tasks.
+        text: its tasks take and give text (only ``acts_on_text`` algorithms run there).
+        extra: the pip extra that installs what its envs need (None: nothing beyond the core).
+        defaults: per algorithm family (:data:`ALGO_FAMILIES`), the options its algorithms
+            take on these tasks, over their preset and under the user's options.
+        return_bounds: its envs offer ``return_bounds() -> (low, high)``, bounds every episode's
+            return satisfies (beside ``optimum()``); the loader checks submitted returns with them.
+    """
+
+    name: str
+    eval: EvalPlan = field(default_factory=EvalPlan)
+    references: tuple[str, ...] = ()
+    text: bool = False
+    extra: str | None = None
+    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    return_bounds: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))
+        if unknown:
+            raise ValueError(f"family {self.name!r}: defaults for {unknown}; the algorithm families are {list(ALGO_FAMILIES)}")
+
+
+#: The family of a task registered with gymnasium only (or with :func:`register_task` and no
+#: family of its own): no option changed, evaluation planned from its limits up to 2,000
+#: episodes (an env without a batched twin is evaluated one episode at a time).
+USER_FAMILY = Family("user", EvalPlan(cap=2_000))
 
 
 @dataclass(frozen=True)
 class TaskInfo:
-    """One registered task: its id, family, constructor keywords and a one-line summary."""
+    """One registered task: its id, family, constructor keywords, a one-line summary, and
+    what it changes from its family's facts.
+
+    Attributes:
+        env_id: the task id.
+        family: its :class:`Family`.
+        entry_point: ``module:callable`` that makes the env.
+        kwargs: constructor keywords.
+        description: one line for ``cgrpo envs``.
+        vector_entry_point: the batched twin, where there is one.
+        references: the task's reference policies, replacing its family's (None: the family's).
+        defaults: per algorithm family, options applied after the family's (a narrower row).
+        batched_eval: its vector env steps a whole batch in one process (a batched twin
+            whose episodes equal the env's on the same reset seeds), so the harness's final
+            evaluation runs on it.
+    """
 
     env_id: str
-    family: str
+    family: Family
     entry_point: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
     vector_entry_point: str | None = None
+    references: tuple[str, ...] | None = None
+    defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    batched_eval: bool = False
+
+    def task_references(self) -> tuple[str, ...]:
+        """The reference policies run on this task."""
+        return self.family.references if self.references is None else self.references
+
+    def algo_defaults(self, algo_family: str) -> list[Mapping[str, Any]]:
+        """The option rows an ``algo_family`` algorithm takes here: the family's, then the task's."""
+        if algo_family not in ALGO_FAMILIES:
+            raise ValueError(f"unknown algorithm family {algo_family!r}; use one of {list(ALGO_FAMILIES)}")
+        return [row[algo_family] for row in (self.family.defaults, self.defaults) if algo_family in row]
+
+
+#: Tasks declared by user modules through :func:`register_task`, by id.
+_USER_TASKS: dict[str, TaskInfo] = {}
 
 
 def register_table(tasks: tuple[TaskInfo, ...]) -> None:
@@ -33,3 +145,34 @@ def register_table(tasks: tuple[TaskInfo, ...]) -> None:
             vector_entry_point=task.vector_entry_point,
             kwargs=dict(task.kwargs),
         )
+
+
+def register_task(
+    env_id: str,
+    entry_point: str,
+    *,
+    family: Family = USER_FAMILY,
+    kwargs: Mapping[str, Any] | None = None,
+    description: str = "",
+    vector_entry_point: str | None = None,
+    references: tuple[str, ...] | None = None,
+    defaults: Mapping[str, Mapping[str, Any]] | None = None,
+    batched_eval: bool = False,
+) -> TaskInfo:
+    """Register a user's task with gymnasium and with its facts (call it in an ``--import``
+    module): ``train``, ``bench`` and the leaderboard then use its family's evaluation plan,
+    references and defaults. Registering the same id twice with other facts is refused."""
+    info = TaskInfo(env_id, family, entry_point, dict(kwargs or {}), description, vector_entry_point, references,
+                    dict(defaults or {}), batched_eval)
+    known = _USER_TASKS.get(env_id)
+    if known is not None and known != info:
+        raise ValueError(f"task {env_id!r} is registered already with other facts; give the new task another id")
+    _USER_TASKS[env_id] = info
+    register_table((info,))
+    return info
+
+
+def user_tasks() -> dict[str, TaskInfo]:
+    """The tasks :func:`register_task` declared in this process."""
+    return dict(_USER_TASKS)
+

@@ -245,8 +245,10 @@ def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: st
 
 def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
     """Per task of a ``run_metrics`` frame with two or more algorithms: why its runs cannot
-    be ranked together (empty when they can). Evaluation protocols must agree (policies,
-    episodes per policy, reset seeds recorded and equal) and budgets too (final env steps
+    be ranked together (empty when they can). Evaluation protocols must agree (policies, reset
+    seeds recorded and starting at the same seed; the episode counts may differ, since a
+    run's plan depends on its costs' spread: runs are paired on their common prefix, and
+    each verdict and score accounts for its own count) and budgets too (final env steps
     within a factor BUDGET_RATIO of each other)."""
     out: dict[str, tuple[str, ...]] = {}
     for task, g in runs.groupby("task", sort=True):
@@ -260,8 +262,6 @@ def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
 
         if g["eval_policies"].nunique() > 1:
             reasons.append(f"evaluated policies differ ({per_algo('eval_policies')})")
-        if g["eval_episodes"].nunique() > 1:
-            reasons.append(f"evaluation episodes per policy differ ({per_algo('eval_episodes')})")
         unknown = sorted(g.loc[g["eval_first_seed"].isna(), "algo"].unique())
         if unknown:
             reasons.append(

@@ -244,10 +244,10 @@ def _check_strings(df: pd.DataFrame, source: str) -> None:
             raise ResultsError(f"{source}: column {col!r} row {i} has {value!r} ({why})")
 
 
-def _registered_family(task: str) -> str | None:
-    """The family of a task in the suite's table, None for a task outside it."""
+def _registered_family(task: str) -> Any:
+    """The :class:`~constrained_grpo.envs.registration.Family` of a registered task, None for an unknown id."""
     try:
-        from constrained_grpo.envs import task_info
+        from constrained_grpo.tasks import task_info
 
         return task_info(task).family
     except Exception:
@@ -271,29 +271,25 @@ class EpisodeRanges:
 def episode_ranges(task: str, constraints: tuple[Any, ...] | None = None) -> EpisodeRanges:
     """Per-episode ranges of return and costs of ``task``.
 
-    Costs are >= 0 (Contract 1), and an indicator cost is 0 or 1 per episode. On a
-    gridworld (registered options), an episode of T <= max_steps steps earns
-    a goal_reward + b gem_reward - T step_penalty with a, b in {0, 1} (the goal ends the
-    episode; the gem pays once), so its return lies in
-    [min(0, goal) + min(0, gem) - max(p, p T_max), max(0, goal) + max(0, gem) - min(p, p T_max)]
-    with p = step_penalty, and each cost (at most 1 per step) in [0, T_max]. The
-    unconstrained optimum (the LP) bounds only the expected return, which one lucky
-    episode of a slippery grid may exceed; this bound holds for every episode.
+    Costs are >= 0 (Contract 1), and an indicator cost is 0 or 1 per episode. Where the
+    task's family says its envs offer ``return_bounds()`` (``Family.return_bounds``, the
+    gridworlds), the return lies in those bounds and each cost (at most 1 per step) in
+    ``[0, max_episode_steps]``; elsewhere only the cost bounds hold.
     """
     costs = {} if constraints is None else {c.name: (0.0, 1.0 if c.indicator else math.inf) for c in constraints}
-    if _registered_family(task) != "gridworld":
+    family = _registered_family(task)
+    if family is None or not family.return_bounds:
         return EpisodeRanges(None, costs)
     from constrained_grpo.tasks import make_env
 
     env = make_env(task)
     try:
-        opts, t_max = env.unwrapped.options, int(env.unwrapped.model.max_steps)
-        goal, gem, p = float(opts.goal_reward), float(opts.gem_reward), float(opts.step_penalty)
+        lo, hi = (float(x) for x in env.unwrapped.return_bounds())
+        t_max = getattr(env.unwrapped, "max_episode_steps", None) or getattr(env.spec, "max_episode_steps", None)
     finally:
         env.close()
-    lo = min(0.0, goal) + min(0.0, gem) - max(p, p * t_max)
-    hi = max(0.0, goal) + max(0.0, gem) - min(p, p * t_max)
-    costs = {name: (0.0, min(high, float(t_max))) for name, (_, high) in costs.items()}
+    if t_max is not None:  # a cost of at most 1 per step sums to at most the horizon
+        costs = {name: (0.0, min(high, float(t_max))) for name, (_, high) in costs.items()}
     return EpisodeRanges((lo, hi), costs)
 
 
@@ -667,7 +663,7 @@ def validate_table(
         if len(values) != 1:
             raise ResultsError(f"{source}: task {task!r} appears with several suites {sorted(values)}; use one")
         family = _registered_family(task)
-        expected = family if family is not None else metas[task].suite
+        expected = family.name if family is not None else metas[task].suite
         if values[0] != expected or metas[task].suite != expected:
             raise ResultsError(
                 f"{source}: task {task!r} belongs to suite {expected!r}, but the table says "

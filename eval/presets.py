@@ -21,7 +21,7 @@ from typing import Any
 from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.eval.sweep import expand_grid
 
-__all__ = ["DEFAULT_ALGOS", "FAMILY_REFERENCES", "FAMILY_SCOPES", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
@@ -78,23 +78,6 @@ def _acts_on_text(algo: str) -> bool:
         return True
 
 
-#: Rows every preset applies first, whatever its own scopes say: what a family's tasks
-#: can run at all. A math task takes and gives text, which only the algorithms registered
-#: with ``acts_on_text`` (the GRPO agents) handle, so
-#: even ``cgrpo bench --preset quick --tasks Math/ChainSum-v0 --algos cgrpo ppo`` runs
-#: ``cgrpo`` alone there (the bench prints each task's algorithms before it starts).
-FAMILY_SCOPES: dict[str, Scope] = {"math": Scope(text=True)}
-
-#: The reference policies (unranked rows, :mod:`constrained_grpo.references`) a preset with
-#: ``references=True`` runs on each task, keyed by family or task id (a task's row replaces
-#: its family's): the safe driver reads the straight highway's observation only.
-FAMILY_REFERENCES: dict[str, tuple[str, ...]] = {
-    "gridworld": ("ref-random", "ref-optimal", "ref-unconstrained"),
-    "highway": ("ref-random",),
-    "Highway/Highway-v0": ("ref-random", "ref-safe-driver"),
-    "Highway/Highway-v1": ("ref-random", "ref-safe-driver"),
-    "math": ("ref-warmstart",),
-}
 #: A reference that starts where an algorithm starts takes that algorithm's config (the
 #: warm start is the GRPO learners' starting point, so it gets their text preset).
 _REFERENCE_CONFIG: dict[str, str] = {"ref-warmstart": "grpo"}
@@ -114,12 +97,13 @@ class Preset:
         algos: algorithm names; unregistered ones are skipped with a warning.
         seeds: run seeds.
         steps: env-step budget of every run.
-        eval_episodes: episodes of the final deterministic evaluation.
+        eval_episodes: episodes of the final evaluation per policy; None (every preset of the
+            suite) lets each task family's plan size it from the limits (docs/benchmark.md section 3).
         config: per-algorithm config overrides (``{algo: {field: value}}``), for every task.
         scopes: :class:`Scope` rows keyed by a task family (``"math"``) or a task id
             (``"Math/ChainSum-v0"``). A task takes its family's row, then its own row's
             fields that are set (its ``config`` merges per algorithm).
-        references: also run each task's reference policies (:data:`FAMILY_REFERENCES`),
+        references: also run each task's reference policies (``TaskInfo.task_references``),
             with the task's seeds and budget; the leaderboard shows them unranked.
     """
 
@@ -130,20 +114,20 @@ class Preset:
     algos: tuple[str, ...] = DEFAULT_ALGOS
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 20_000
-    eval_episodes: int = 20
+    eval_episodes: int | None = None
     config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     scopes: Mapping[str, Scope] = field(default_factory=dict)
     references: bool = False
 
     def __post_init__(self) -> None:
-        from constrained_grpo.envs import TASKS
+        from constrained_grpo.envs import TASKS, families
 
-        known = {t.env_id for t in TASKS} | {t.family for t in TASKS}
+        known = {t.env_id for t in TASKS} | set(families())
         unknown = sorted(set(self.scopes) - known)
         if unknown:
             raise ValueError(
                 f"preset {self.name!r}: scopes {unknown} name no task family or task id; use one of the "
-                f"families {sorted({t.family for t in TASKS})} or a task id (see `cgrpo envs`)"
+                f"families {sorted(families())} or a task id (see `cgrpo envs`)"
             )
 
     def resolved_tasks(self) -> tuple[str, ...]:
@@ -156,13 +140,15 @@ class Preset:
         return tuple(tasks)
 
     def scope(self, task: str) -> Scope:
-        """The :class:`Scope` that applies to ``task``: the suite's row for its family
-        (:data:`FAMILY_SCOPES`), the preset's row for its family, then its own."""
-        from constrained_grpo.envs import list_tasks, task_info
+        """The :class:`Scope` that applies to ``task``: what its family can run at all (a text
+        family's tasks only the algorithms registered with ``acts_on_text``: even ``cgrpo bench
+        --preset quick --tasks Math/ChainSum-v0 --algos cgrpo ppo`` runs ``cgrpo`` alone there),
+        the preset's row for its family, then its own."""
+        from constrained_grpo.tasks import task_info
 
-        family = task_info(task).family if task in list_tasks() else "user"  # a task of an --import module
-        rows = [FAMILY_SCOPES[family]] if family in FAMILY_SCOPES else []
-        rows += [self.scopes[k] for k in (family, task) if k in self.scopes]
+        family = task_info(task).family
+        rows = [Scope(text=True)] if family.text else []
+        rows += [self.scopes[k] for k in (family.name, task) if k in self.scopes]
         merged = Scope()
         for row in rows:
             config = {a: {**merged.config.get(a, {}), **c} for a, c in row.config.items()}
@@ -174,15 +160,13 @@ class Preset:
         return merged
 
     def task_references(self, task: str) -> tuple[str, ...]:
-        """The reference policies run on ``task`` (:data:`FAMILY_REFERENCES`; none unless
-        ``references``, and none the preset lists among its algorithms already)."""
-        from constrained_grpo.envs import list_tasks, task_info
+        """The reference policies run on ``task`` (``TaskInfo.task_references``: its family's, or
+        its own; none unless ``references``, and none the preset lists among its algorithms already)."""
+        from constrained_grpo.tasks import task_info
 
-        if not self.references or task not in list_tasks():
+        if not self.references:
             return ()
-        family = task_info(task).family
-        refs = FAMILY_REFERENCES.get(task, FAMILY_REFERENCES.get(family, ()))
-        return tuple(r for r in refs if r not in self.algos)
+        return tuple(r for r in task_info(task).task_references() if r not in self.algos)
 
     def task_algos(self, task: str) -> tuple[str, ...]:
         """The preset's algorithms that run on ``task``, in the preset's order."""
@@ -206,7 +190,7 @@ class Preset:
             specs += expand_grid(
                 [task], algos, scope.seeds if scope.seeds is not None else self.seeds,
                 int(scope.steps or self.steps),
-                eval_episodes=int(scope.eval_episodes or self.eval_episodes),
+                eval_episodes=scope.eval_episodes if scope.eval_episodes is not None else self.eval_episodes,
                 config=config, save_agent=save_agent,
             )
         return specs
@@ -244,7 +228,6 @@ PRESETS: dict[str, Preset] = {
             tasks=("Grid/HazardFuel-v0",),
             seeds=(0, 1, 2),
             steps=20_000,
-            eval_episodes=20,
             # The GRPO agents' own small preset (8 groups of 8): about 17 iterations in
             # 20k steps instead of 3, enough for a multiplier trajectory to score.
             config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
@@ -262,9 +245,7 @@ PRESETS: dict[str, Preset] = {
             seeds=tuple(range(10)),
             steps=1_000_000,
             references=True,
-            eval_episodes=50,
             scopes={
-                "gridworld": Scope(eval_episodes=500),
                 "Grid/HazardFuel-v0": Scope(steps=3_000_000),
                 "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000),
                 "Grid/HazardFuelSlip-v0": Scope(steps=2_000_000),
@@ -291,11 +272,10 @@ PRESETS: dict[str, Preset] = {
             algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo"),
             seeds=(0, 1, 2),
             steps=4_000_000,
-            eval_episodes=200,
             scopes={
                 "gridworld": Scope(algos=("cgrpo", "grpo-screw")),
                 "highway": Scope(
-                    algos=("cgrpo", "ppo-lag", "ppo"), steps=500_000, eval_episodes=50,
+                    algos=("cgrpo", "ppo-lag", "ppo"), steps=500_000,
                     config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
                 ),
             },
@@ -312,7 +292,6 @@ PRESETS: dict[str, Preset] = {
             seeds=tuple(range(10)),
             steps=1_000_000,
             references=True,
-            eval_episodes=100,
             scopes={
                 "gridworld": Scope(algos=DEFAULT_ALGOS),
                 "highway": Scope(algos=DEFAULT_ALGOS),
@@ -337,6 +316,8 @@ PRESETS: dict[str, Preset] = {
             algos=("cgrpo", "grpo-screw"),
             seeds=tuple(range(10)),
             steps=3_000_000,
+            # The committed experiment's protocol (results/coupling), kept so that the preset
+            # reruns what is committed; every other preset leaves the count to the family's plan.
             eval_episodes=100,
         ),
         # `make demo`: the 3x3 map, whose optimum (1.2, mixing three routes) is solved by hand in
@@ -344,7 +325,7 @@ PRESETS: dict[str, Preset] = {
         # while ppo and grpo take the gem route over the fuel limit; 5 seeds are the fewest that
         # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI), and too few for the rank
         # test to separate any of the 10 pairs (9 would: leaderboard.seeds_to_separate), which
-        # the page says; 1,000 evaluation episodes bound fuel at its limit to about +-0.05.
+        # the page says; the gridworld plan (4,491 episodes for the hazard rate at 0.2) sizes the evaluation.
         # Timings in docs/tuning.md.
         Preset(
             "demo",
@@ -354,7 +335,6 @@ PRESETS: dict[str, Preset] = {
             algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo", "grpo"),
             seeds=tuple(range(5)),
             steps=300_000,
-            eval_episodes=1000,
             references=True,
         ),
     )

@@ -30,8 +30,9 @@ import numpy as np
 from constrained_grpo.constraints import get_constraints, override_limits
 from constrained_grpo.registry import EvalResult, agent_spec, make_agent, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
-from constrained_grpo.tasks import make_env, rollout_episodes
+from constrained_grpo.tasks import make_env, task_info
 from constrained_grpo.eval import storage
+from constrained_grpo.eval.evaluation import EVAL_SEED, EvalProtocol, evaluate_agent
 from constrained_grpo.eval.storage import (
     AGENT_DIR,
     CONFIG_FILE,
@@ -47,27 +48,21 @@ __all__ = [
     "EVAL_POLICIES",
     "EVAL_SEED",
     "EvalProtocol",
-    "default_eval_episodes",
     "evaluate_agent",
     "run_meta",
     "RunOutcome",
     "RunSpec",
     "TaskMeta",
     "environment_versions",
+    "check_eval_size",
     "execute_run",
     "git_commit",
     "run_config",
     "task_meta",
 ]
 
-#: Reset seed of the first final-evaluation episode: episode i of every run, whatever its
-#: algorithm or training seed, starts from ``reset(seed=EVAL_SEED + i)``, so that all
-#: algorithms of a task are evaluated on the same episodes (a paired comparison).
-EVAL_SEED = 1_000_000
 #: Directory of the results root holding the shared text warm starts (never committed).
 WARMSTART_DIR = ".warmstart"
-#: Episodes per policy when a run does not say: what an evaluation of the family costs.
-_FAMILY_EVAL_EPISODES = {"gridworld": 500, "highway": 50, "math": 200, "safety": 20}
 
 _VERSION_PACKAGES = {
     "numpy": "numpy",
@@ -90,7 +85,8 @@ class RunSpec:
         seed: seed passed to ``make_agent``; also seeds ``random``, numpy and torch.
         steps: ``total_env_steps`` given to ``agent.learn``.
         eval_episodes: episodes of the final evaluation, per policy (``EVAL_POLICIES``);
-            None takes the task family's default (:func:`default_eval_episodes`).
+            None lets the task family's plan size it from the limits
+            (:mod:`constrained_grpo.eval.evaluation`, docs/benchmark.md section 3).
         config: agent config overrides (``make_agent(**config)``), JSON values only.
         save_agent: whether to call ``agent.save`` into ``agent/``.
     """
@@ -106,9 +102,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.eval_episodes is None:
-            object.__setattr__(self, "eval_episodes", default_eval_episodes(self.task))
-        if self.eval_episodes < 1:
+        if self.eval_episodes is not None and self.eval_episodes < 1:
             raise ValueError(f"eval_episodes must be >= 1, got {self.eval_episodes}")
         # Round-trip through JSON now, so that a config that cannot be recorded fails early.
         object.__setattr__(self, "config", json.loads(json.dumps(dict(self.config), sort_keys=True)))
@@ -140,7 +134,9 @@ class RunSpec:
         """The ``cgrpo train`` command that reruns exactly this run into results root ``out``
         (``config.json`` records it with ``out="."``: run it in the results root)."""
         args = ["cgrpo", "train", self.task, self.algo, "--seed", str(self.seed), "--steps", str(self.steps)]
-        args += ["--eval-episodes", str(self.eval_episodes), "--out", str(out)]
+        if self.eval_episodes is not None:
+            args += ["--eval-episodes", str(self.eval_episodes)]
+        args += ["--out", str(out)]
         for name, value in sorted(self.config.items()):
             args += [f"--config.{name}", json.dumps(value)]
         if not self.save_agent:
@@ -148,41 +144,9 @@ class RunSpec:
         return shlex.join(args)
 
 
-def default_eval_episodes(task: str) -> int:
-    """Final-evaluation episodes per policy for ``task``: 500 on gridworlds (cheap episodes,
-    and a mixture's cost is a rate that needs them), 50 on highway, 200 on math, 20 on Safety."""
-    return _FAMILY_EVAL_EPISODES.get(_suite_of(task), 20)
-
-
-@dataclass(frozen=True)
-class EvalProtocol:
-    """How a run's final policy was evaluated (``config.json["eval"]``).
-
-    Attributes:
-        episodes: episodes per policy.
-        first_seed: reset seed of episode 0 (episode i: ``first_seed + i``); None when the
-            agent ran its own evaluation and did not say which episodes it played.
-        policies: the evaluated policies, ``EVAL_POLICIES`` or a subset.
-        owner: ``"harness"`` (the harness stepped the env with ``agent.act``, or had a text
-            agent score the harness's problem seeds) or ``"agent"`` (``agent.evaluate``).
-    """
-
-    episodes: int
-    first_seed: int | None
-    policies: tuple[str, ...]
-    owner: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"episodes": self.episodes, "first_seed": self.first_seed, "policies": list(self.policies), "owner": self.owner}
-
-
 def _suite_of(task: str) -> str:
-    try:
-        from constrained_grpo.envs import task_info
-
-        return task_info(task).family
-    except Exception:  # a task outside the suite's table: its namespace, if any
-        return task.split("/")[0].lower() if "/" in task else "custom"
+    """The family name of ``task`` (``TaskInfo.family``; ``user`` for a gymnasium-only id)."""
+    return task_info(task).family.name
 
 
 @functools.lru_cache(maxsize=None)
@@ -237,6 +201,15 @@ def _custom_task_meta(task: str, env_kwargs_json: str, limits_json: str) -> Task
         return TaskMeta(task, suite, constraints)
     return TaskMeta(task, suite, constraints, float(opt.constrained_return), float(opt.unconstrained_return),
                     tuple(float(m) for m in opt.multipliers))
+
+
+def check_eval_size(spec: "RunSpec", meta: TaskMeta) -> None:
+    """Refuse, before any work, a run whose ``eval_episodes`` cannot certify one of its indicator
+    limits (``verdict.EvalSizeError``, one line naming the minimum); a planned run passes."""
+    from constrained_grpo.eval.verdict import check_eval_size as check
+
+    if spec.eval_episodes is not None:
+        check(int(spec.eval_episodes), meta.constraints, f"{spec.key}: eval_episodes")
 
 
 def run_meta(spec: "RunSpec", base: TaskMeta | None = None) -> TaskMeta:
@@ -333,7 +306,8 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "defaults": dict(spec_info.defaults),
             "config": dict(spec.config),
         },
-        "eval": {"episodes": spec.eval_episodes, "first_seed": EVAL_SEED, "policies": list(EVAL_POLICIES)},
+        "eval": {"episodes": spec.eval_episodes, "first_seed": EVAL_SEED, "policies": list(EVAL_POLICIES),
+                 "plan": task_info(spec.task).family.eval.to_dict() if spec.eval_episodes is None else None},
         "command": spec.command("."),
         **prov,
     }
@@ -388,65 +362,6 @@ def _limit_threads() -> None:
 
     if torch.get_num_threads() != 1:
         torch.set_num_threads(1)
-
-
-def evaluate_agent(
-    agent: Any, task: str, episodes: int, env_kwargs: Mapping[str, Any] | None = None, first_seed: int = EVAL_SEED
-) -> tuple[dict[str, EvalResult], EvalProtocol]:
-    """The harness's final evaluation of a trained agent: ``episodes`` episodes per policy of
-    ``EVAL_POLICIES``, episode i from ``reset(seed=first_seed + i)`` for every algorithm.
-
-    A control agent provides ``act(obs, deterministic)``; the harness steps the env and seeds
-    the action sampling (torch's global generator, forked; an agent with its own sampling
-    generator exposes ``seed_evaluation(seed)``; one that acts on more than the task's
-    observation, such as Saute's remaining budget, exposes ``wrap_eval_env(env)``: a wrapper
-    that augments the observations and leaves rewards, terminations and costs as the task
-    gives them). A text agent (Text observations) provides
-    ``evaluate(n, deterministic, seed=...)`` over the harness's problem seeds. An agent with
-    neither evaluates itself (``evaluate(n, deterministic)``): its episodes are its own, so
-    the protocol says ``owner="agent"`` and the leaderboard does not pair it with others.
-    """
-    import inspect
-
-    import torch
-
-    import gymnasium as gym
-
-    results: dict[str, EvalResult] = {}
-    # One env for both policies: every episode starts from reset(seed=...), which fixes its
-    # whole state (Contract 1), so the env's history does not matter.
-    env = make_env(task, **dict(env_kwargs or {}))
-    try:
-        text = isinstance(env.observation_space, gym.spaces.Text)
-        evaluate = getattr(agent, "evaluate", None)
-        seeded_evaluate = callable(evaluate) and "seed" in inspect.signature(evaluate).parameters
-        act = getattr(agent, "act", None)
-        if not ((text and seeded_evaluate) or (not text and callable(act))):
-            if not callable(evaluate):
-                raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
-            results["deterministic"] = evaluate(episodes, deterministic=True)
-            return results, EvalProtocol(episodes, None, ("deterministic",), "agent")
-        wrap = getattr(agent, "wrap_eval_env", None)
-        if not text and callable(wrap):  # observations the policy needs beyond the task's own
-            env = wrap(env)
-        for policy in EVAL_POLICIES:
-            det = policy == "deterministic"
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(first_seed)
-                np_state = np.random.get_state()
-                np.random.seed(first_seed % 2**32)
-                try:
-                    if text:
-                        results[policy] = evaluate(episodes, deterministic=det, seed=first_seed)
-                    else:
-                        if callable(getattr(agent, "seed_evaluation", None)):
-                            agent.seed_evaluation(first_seed)
-                        results[policy] = rollout_episodes(env, lambda o, d=det: act(o, deterministic=d), episodes, seed=first_seed)
-                finally:
-                    np.random.set_state(np_state)
-        return results, EvalProtocol(episodes, first_seed, EVAL_POLICIES, "harness")
-    finally:
-        env.close()
 
 
 def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalProtocol, names: list[str]) -> int:
@@ -571,7 +486,8 @@ def _execute(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
             "once per iteration (docs/architecture.md)"
         )
-    results, protocol = evaluate_agent(agent, spec.task, int(spec.eval_episodes), spec.config.get("env_kwargs"))
+    results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
+                                       constraints=meta.constraints)
     n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
     if spec.save_agent:
         agent.save(path / AGENT_DIR)

@@ -52,11 +52,14 @@ from constrained_grpo.eval.runner import (
     RunOutcome,
     RunSpec,
     TaskMeta,
+    check_eval_size,
     environment_versions,
     execute_run,
     git_commit,
+    run_meta,
     task_meta,
 )
+from constrained_grpo.eval.verdict import EvalSizeError
 
 __all__ = ["BACKENDS", "SweepConfigError", "SweepReport", "expand_grid", "run_sweep"]
 
@@ -105,14 +108,14 @@ def expand_grid(
     seeds: Iterable[int],
     steps: int | Mapping[str, int],
     *,
-    eval_episodes: int = 20,
+    eval_episodes: int | None = None,
     config: Mapping[str, Mapping[str, Any]] | None = None,
     save_agent: bool = True,
 ) -> list[RunSpec]:
     """The runs of ``tasks x algos x seeds`` in that order.
 
     ``steps`` is one budget or ``{task: budget}``; ``config`` maps an algorithm name to
-    its config overrides.
+    its config overrides; ``eval_episodes`` None lets each task family's plan size the evaluation.
     """
     seeds = list(seeds)
     config = config or {}
@@ -501,6 +504,11 @@ def run_sweep(
             metas[task] = task_meta(task)
             if metas[task].optimum_return is not None:
                 say(f"[sweep] {task}: exact optimum {metas[task].optimum_return:.4f} ({time.perf_counter() - t0:.1f} s)")
+    for spec in todo:  # an evaluation too small to decide is the user's to fix, before any run starts
+        try:
+            check_eval_size(spec, run_meta(spec, metas[spec.task]))
+        except EvalSizeError as err:
+            raise SweepConfigError(str(err)) from None
     prov = _provenance()
 
     workers = workers if workers is not None else (None if backend == "ray" else (os.cpu_count() or 1))

@@ -43,6 +43,11 @@ from constrained_grpo.eval.stability import limit_scale
 
 __all__ = [
     "ALPHA",
+    "EvalSizeError",
+    "TOL",
+    "certifiable_minimum",
+    "check_eval_size",
+    "plan_episodes",
     "SCORE_GRID",
     "VERDICTS",
     "certify_power",
@@ -55,6 +60,8 @@ __all__ = [
 
 #: Size of each one-sided test: within (per constraint, intersection-union) and breaks (over all K).
 ALPHA = 0.05
+#: The relative tolerance the evaluation is planned for (the leaderboard's default ``--tol``).
+TOL = 0.1
 #: A constraint's verdict: its cost is within the tolerated level, over it, or the data cannot tell.
 VERDICTS: tuple[str, ...] = ("within", "over", "undetermined")
 #: Points of the quantile grid over which the expected score averages (metrics.expected_score).
@@ -182,3 +189,74 @@ def cost_quantiles(costs: Sequence[float] | np.ndarray, limit: float, indicator:
         return sps.beta.ppf(u, events + 0.5, n - events + 0.5)
     mean, sd = _mean_and_floored_sd(x, limit)
     return mean + sps.norm.ppf(u) * sd / math.sqrt(n)
+
+
+class EvalSizeError(ValueError):
+    """An evaluation too small for the verdict rule (a one-line message naming the minimum)."""
+
+
+def certifiable_minimum(limit: float, tol: float = TOL, alpha: float = ALPHA) -> int:
+    """The fewest episodes with which an indicator limit can be certified at all: with n
+    episodes and no event the exact upper bound is ``1 - alpha^(1/n)``, at most the tolerated
+    ``t = d + tol c(d)`` only when ``n >= ln(alpha) / ln(1 - t)`` (26 at d = 0.1, 53 at 0.05)."""
+    level = _tolerated(limit, tol)
+    if level >= 1.0:
+        return 2
+    n = max(2, math.ceil(math.log(alpha) / math.log1p(-level)))
+    return n if _certifiable_events(n, limit, tol, alpha) >= 0 else n + 1
+
+
+def check_eval_size(episodes: int, constraints: Sequence[object], what: str, tol: float = TOL, alpha: float = ALPHA) -> None:
+    """Raise :class:`EvalSizeError` when ``episodes`` cannot certify some indicator limit
+    (fewer than :func:`certifiable_minimum`); ``what`` names the setting in the message."""
+    needs = [(certifiable_minimum(c.limit, tol, alpha), c) for c in constraints if getattr(c, "indicator", False)]
+    if not needs:
+        return
+    minimum, worst = max(needs, key=lambda x: x[0])
+    if episodes < minimum:
+        raise EvalSizeError(
+            f"{what} = {episodes} episodes cannot show the {worst.name!r} limit {worst.limit:g} kept (even 0 events give "
+            f"an exact 95% bound above {_tolerated(worst.limit, tol):.4g}); use at least {minimum}, or leave the "
+            "count to the task's plan"
+        )
+
+
+def _sd_plan(sd: float, limit: float, tol: float, power: float, alpha: float) -> int:
+    """n with which the t bound certifies a cost at its limit with ``power`` (normal approximation):
+    ``n = ((z_{1-alpha} + z_{power}) s / (tol c(d)))^2``."""
+    z = float(sps.norm.ppf(1.0 - alpha) + sps.norm.ppf(power))
+    return max(2, math.ceil((z * sd / (tol * limit_scale(limit))) ** 2))
+
+
+def plan_episodes(
+    constraints: Sequence[object],
+    *,
+    power: float,
+    cap: int,
+    pilot_costs: Sequence[np.ndarray] | None = None,
+    tol: float = TOL,
+    alpha: float = ALPHA,
+) -> int:
+    """Evaluation episodes for a run whose constraints are ``constraints``: the largest of,
+    per indicator constraint, :func:`episodes_to_certify` at ``power`` and, per other cost,
+    the normal-approximation size for the spread its pilot episodes show (``pilot_costs[k]``,
+    sd floored as in :func:`cost_bounds`; none given: the cap), at most ``cap``. Raises
+    :class:`EvalSizeError` when ``cap`` cannot certify some indicator limit at all."""
+    check_eval_size(cap, constraints, "the evaluation cap", tol, alpha)
+    sizes = [2]
+    for k, c in enumerate(constraints):
+        if getattr(c, "indicator", False):
+            if 0.0 < c.limit < 1.0:
+                try:
+                    sizes.append(episodes_to_certify(c.limit, tol, power=power, alpha=alpha, cap=cap))
+                except ValueError:  # the cap is short of the plan
+                    return cap
+            else:
+                sizes.append(certifiable_minimum(c.limit, tol, alpha))
+        elif pilot_costs is None:
+            return cap
+        else:
+            x = np.asarray(pilot_costs[k], dtype=float)
+            _, sd = _mean_and_floored_sd(x, c.limit)
+            sizes.append(_sd_plan(sd, c.limit, tol, power, alpha))
+    return min(cap, max(sizes))

@@ -62,11 +62,11 @@ def test_algos_lists_the_registry():
 
 
 def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
-    args = ("train", TASK, TOY, "--seed", "1", "--steps", "150", "--eval-episodes", "3", "--out", str(tmp_path),
+    args = ("train", TASK, TOY, "--seed", "1", "--steps", "150", "--eval-episodes", "13", "--out", str(tmp_path),
             "--config.episodes_per_iter", "2", "--config.lr_lambda=0.1")
     r = cgrpo(*args)
     assert r.returncode == 0, r.stderr
-    assert "final policy, 3 episodes from reset seeds 1000000+i, sampled actions" in r.stdout
+    assert "final policy, 13 episodes from reset seeds 1000000+i, sampled actions" in r.stdout
     assert "vs limit 0.2" in r.stdout and "average iterate" in r.stdout
     run = tmp_path / "Grid" / "HazardFuel3x3-v0" / "cgrpo_toy_agent_ToyAgent" / "seed_1"
     config = json.loads((run / "config.json").read_text())
@@ -82,7 +82,7 @@ def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
     r = cgrpo("bench", "--preset", "quick", "--tasks", TASK, "--algos", TOY, TOY_UNCONSTRAINED, "--seeds", "2",
-              "--steps", "150", "--eval-episodes", "3", "--workers", "2", "--no-save", "--no-progress",
+              "--steps", "150", "--eval-episodes", "13", "--workers", "2", "--no-save", "--no-progress",
               "--config.episodes_per_iter", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
     assert "4 run(s) done" in r.stdout and f"cgrpo leaderboard {out}" in r.stdout
@@ -204,7 +204,7 @@ def test_train_refuses_a_complete_run_with_other_settings_unless_forced(capsys, 
     """A run trained with --steps 300 is not "complete already" for --steps 200."""
     sys.path.insert(0, str(HERE / "eval"))
     try:
-        base = ["train", TASK, TOY, "--steps", "300", "--eval-episodes", "2", "--no-save", "--out", str(tmp_path)]
+        base = ["train", TASK, TOY, "--steps", "300", "--eval-episodes", "13", "--no-save", "--out", str(tmp_path)]
         assert run_main(capsys, *base)[0] == 0
         run = tmp_path / "Grid" / "HazardFuel3x3-v0" / "cgrpo_toy_agent_ToyAgent" / "seed_0"
         other = [*base[:4], "200", *base[5:]]
@@ -235,7 +235,7 @@ def test_train_and_bench_resolve_one_configuration_and_record_it(capsys, tmp_pat
     from constrained_grpo.registry import resolve_config
 
     overrides = {"lr": 0.02, "multiplier": {"lr": 0.3}}
-    code, _ = run_main(capsys, "train", TASK, "cgrpo", "--steps", "300", "--eval-episodes", "2", "--no-save",
+    code, _ = run_main(capsys, "train", TASK, "cgrpo", "--steps", "300", "--eval-episodes", "13", "--no-save",
                        "--out", str(tmp_path / "t"), "--config.lr", "0.02", "--config.multiplier", '{"lr": 0.3}')
     assert code == 0
     recorded = json.loads(next((tmp_path / "t").rglob("config.json")).read_text())["algo"]["resolved"]
@@ -243,12 +243,12 @@ def test_train_and_bench_resolve_one_configuration_and_record_it(capsys, tmp_pat
     assert recorded["config"]["lr"] == 0.02 and recorded["config"]["multiplier"]["lr"] == 0.3
     assert recorded["config"]["hidden_sizes"] == []  # the gridworld row of the family table applies
     # bench builds the same RunSpec config for the same overrides when its preset adds none.
-    preset = resolve("standard", tasks=[TASK], algos=["cgrpo"], seeds=1, steps=300, eval_episodes=2)
+    preset = resolve("standard", tasks=[TASK], algos=["cgrpo"], seeds=1, steps=300, eval_episodes=13)
     bench_config = {**dict(preset.config.get("cgrpo", {})), **overrides}
     assert resolve_config("cgrpo", TASK, **bench_config) == recorded
     # ... and `cgrpo bench` itself, run with the same overrides, records the same configuration.
     code, err = run_main(capsys, "bench", "--preset", "standard", "--tasks", TASK, "--algos", "cgrpo", "--seeds", "1",
-                         "--steps", "300", "--eval-episodes", "2", "--workers", "1", "--no-save", "--no-progress",
+                         "--steps", "300", "--eval-episodes", "13", "--workers", "1", "--no-save", "--no-progress",
                          "--out", str(tmp_path / "b"), "--config.cgrpo.lr", "0.02",
                          "--config.cgrpo.multiplier", '{"lr": 0.3}')
     assert code == 0, err[-2000:]

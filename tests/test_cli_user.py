@@ -54,18 +54,41 @@ def test_envs_lists_a_family_that_cannot_start_with_its_fix():
 
 def test_user_task_through_import_and_module_syntax(tmp_path: Path):
     (tmp_path / "course_env.py").write_text(tutorial_file("course_env.py"))
-    listed = cgrpo("envs", "--import", "course_env", "--family", "user", cwd=tmp_path)
+    listed = cgrpo("envs", "--import", "course_env", "--family", "course", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    assert listed.stdout.startswith("Course/Bridge-v0  [user]") and "fall       <= 0.1" in listed.stdout
+    assert listed.stdout.startswith("Course/Bridge-v0  [course]  one step: bridge or long way") and "fall       <= 0.1" in listed.stdout
     checked = cgrpo("check", "course_env:Course/Bridge-v0", "--steps", "20", cwd=tmp_path)
     assert checked.returncode == 0 and "Course/Bridge-v0: OK" in checked.stdout, checked.stderr
-    trained = cgrpo("train", "Course/Bridge-v0", TOY, "--import", "course_env", "--steps", "64", "--eval-episodes", "4",
+    small = cgrpo("train", "Course/Bridge-v0", TOY, "--import", "course_env", "--steps", "64", "--eval-episodes", "25",
+                  "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
+    assert small.returncode == 2 and "use at least 26" in small.stderr and "Traceback" not in small.stderr
+    assert not (tmp_path / "runs").exists()
+    trained = cgrpo("train", "Course/Bridge-v0", TOY, "--import", "course_env", "--steps", "64",
                     "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr
+    # The family's facts: its plan (10,175 episodes for d = 0.1 at 95% power) capped at its 2,000.
+    done = json.loads((tmp_path / "runs/Course/Bridge-v0/cgrpo_toy_agent_ToyAgent/seed_0/done.json").read_text())
+    assert done["eval"]["episodes"] == 2_000 and done["eval"]["rule"]["cap"] == 2_000
+    assert "final policy, 2000 episodes" in trained.stdout
     # The tutorial's optimum() by hand: p* = d / 0.5 = 0.2, R* = 0.5 + 0.5 p* = 0.6, lambda* = 0.5 / 0.5 = 1.
     assert "optimum R* 0.6000" in trained.stdout
     config = json.loads((tmp_path / "runs/Course/Bridge-v0/cgrpo_toy_agent_ToyAgent/seed_0/config.json").read_text())
     assert config["task"]["optimum"] == {"constrained_return": 0.6, "multipliers": [1.0], "unconstrained_return": 1.0}
+    assert config["task"]["suite"] == "course" and config["run"]["eval_episodes"] is None
+    # bench: the grid `cgrpo bench --preset standard --tasks Course/Bridge-v0 --import course_env` runs.
+    import importlib
+    import sys
+
+    from constrained_grpo.eval.presets import resolve
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        importlib.import_module("course_env")
+        runs = resolve("standard", tasks=["Course/Bridge-v0"], seeds=1, steps=64).runs()
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert [r.algo for r in runs][-1] == "ref-random"  # the family's reference, beside the algorithms
+    assert {r.eval_episodes for r in runs} == {None}  # sized by the family's plan
     missing = cgrpo("envs", "--import", "no_such_module_22", cwd=tmp_path)
     assert missing.returncode == 2 and "--import no_such_module_22: cannot import it" in missing.stderr
     assert "Traceback" not in missing.stderr
@@ -100,7 +123,7 @@ def test_progress_line_numbers():
 def test_train_prints_progress_unless_quiet_and_writes_tensorboard(tmp_path: Path):
     tb = tmp_path / "tb"
     has_tb = importlib.util.find_spec("tensorboard") is not None  # extra [tb]
-    args = ("train", TASK, TOY, "--steps", "200", "--eval-episodes", "2", "--out", str(tmp_path / "runs"),
+    args = ("train", TASK, TOY, "--steps", "200", "--eval-episodes", "13", "--out", str(tmp_path / "runs"),
             "--config.episodes_per_iter", "2")
     loud = cgrpo(*args, *(["--tensorboard", str(tb)] if has_tb else []))
     assert loud.returncode == 0, loud.stderr
@@ -147,7 +170,7 @@ def test_every_algorithm_family_gets_the_same_tags():
 
 def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Path):
     out = tmp_path / "runs"
-    trained = cgrpo("train", TASK, "cgrpo", "--steps", "1500", "--eval-episodes", "4", "--out", str(out), "--quiet")
+    trained = cgrpo("train", TASK, "cgrpo", "--steps", "1500", "--eval-episodes", "13", "--out", str(out), "--quiet")
     assert trained.returncode == 0, trained.stderr
     run = out / TASK / "cgrpo" / "seed_0"
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
@@ -211,7 +234,7 @@ class FixedAnswer:
 
 def test_render_shows_a_text_task_as_its_completions(tmp_path: Path):
     (tmp_path / "fixed_answer.py").write_text(_FIXED_ANSWER)
-    r = cgrpo("train", "Math/ChainSum-v0", "fixed_answer:FixedAnswer", "--steps", "16", "--eval-episodes", "2",
+    r = cgrpo("train", "Math/ChainSum-v0", "fixed_answer:FixedAnswer", "--steps", "16", "--eval-episodes", "53",
               "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     gif = tmp_path / "text.gif"

@@ -1,7 +1,7 @@
 """The Contract-2 Constrained GRPO agent for control tasks, and the GRPO entry points.
 
 :func:`make_grpo_agent` (every GRPO variant's registry entry point) and :func:`load_agent`
-serve every task family: a task of a text family (:data:`TEXT_FAMILIES`, the math tasks)
+serve every task family: a task of a text family (its ``Family.text``, the math tasks)
 gets the language-model agent of :mod:`constrained_grpo.agents.text_agent`, any other task
 the control agent below.
 
@@ -18,8 +18,6 @@ and ``load``. Saved runs are a directory::
 
 from __future__ import annotations
 
-import fnmatch
-import importlib
 import json
 import os
 from collections.abc import Callable
@@ -37,17 +35,15 @@ from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
-from constrained_grpo.tasks import TASK_PACKAGE, make_env, rollout_episodes
+from constrained_grpo.tasks import make_env, rollout_episodes, task_info
 
 __all__ = [
     "CONTROL_OVERRIDES",
-    "FAMILY_OVERRIDES",
     "GRPOAgent",
-    "TEXT_FAMILIES",
     "control_defaults",
+    "is_text_task",
     "load_agent",
     "make_grpo_agent",
-    "task_family",
 ]
 
 if TYPE_CHECKING:
@@ -73,51 +69,16 @@ CONTROL_OVERRIDES: dict[str, Any] = {
     "multiplier": {"rule": "pid", "kp": 1.0, "ki": 0.01, "kd": 0.0, "normalize": True},
 }
 
-#: Per-task overrides by task-id pattern (``fnmatch``), applied after
-#: :data:`CONTROL_OVERRIDES`, every matching row in order (a later, narrower row wins).
-#: Reasons in one line each; the acceptance runs that chose them are in docs/tuning.md.
-#:
-#: - ``Grid/*``: the observation is a one-hot cell, so a linear policy is tabular and does
-#:   not carry the first route's habit into unvisited cells; it takes a larger step size; a
-#:   stronger entropy bonus keeps the far route in reach; ``ki`` 0.05 removes the
-#:   steady-state error the proportional term leaves within the budget.
-#: - ``Grid/HazardFuelCoords-v0``: coordinates need hidden layers to be mapped to actions.
-FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
-    "Grid/*": {"hidden_sizes": (), "lr": 1e-2, "entropy_coef": 0.08, "multiplier": {"ki": 0.05}},
-    "Grid/HazardFuelCoords-v0": {"hidden_sizes": (64, 64), "lr": 3e-3},
-}
-
-
-#: Task families whose tasks take and give text: :func:`make_grpo_agent` builds the
-#: language-model agent (:class:`~constrained_grpo.agents.text_agent.TextGRPOAgent`) for them.
-TEXT_FAMILIES: frozenset[str] = frozenset({"math"})
-
-
-#: The family of a task that is registered with gymnasium but not in the suite's table
-#: (a user's own env following the cost contract): the control agent serves it.
-CUSTOM_FAMILY = "custom"
-
-
-def task_family(env_id: str) -> str:
-    """The family of task ``env_id`` (``gridworld``, ``highway``, ``safety``, ``math``), from
-    the task table; :data:`CUSTOM_FAMILY` for an id registered with gymnasium only.
-
-    The task package is imported by name, as :mod:`constrained_grpo.tasks` does, so that
-    agents do not import a task family statically.
-    """
-    tasks = importlib.import_module(TASK_PACKAGE)
-    try:
-        return tasks.task_info(env_id).family
-    except gym.error.UnregisteredEnv:
-        if env_id in gym.registry:
-            return CUSTOM_FAMILY
-        raise
+def is_text_task(env_id: str) -> bool:
+    """Whether ``env_id`` takes and gives text (its family's ``text`` fact): the language-model
+    agent (:class:`~constrained_grpo.agents.text_agent.TextGRPOAgent`) serves it."""
+    return bool(task_info(env_id).family.text)
 
 
 def control_defaults(env_id: str) -> dict[str, Any]:
-    """The options the control agent puts over the preset for ``env_id``."""
-    rows = [row for pattern, row in FAMILY_OVERRIDES.items() if fnmatch.fnmatchcase(env_id, pattern)]
-    return merge_options(CONTROL_OVERRIDES, *rows)
+    """The options the control agent puts over the preset for ``env_id``: :data:`CONTROL_OVERRIDES`,
+    then its family's and its own ``grpo`` rows (``TaskInfo.algo_defaults``)."""
+    return merge_options(CONTROL_OVERRIDES, *task_info(env_id).algo_defaults("grpo"))
 
 
 def control_config(env_id: str, preset: str = "standard", **options: Any) -> GRPOConfig:
@@ -189,6 +150,15 @@ class GRPOAgent:
             else:
                 action, _ = self.policy.sample(obs_t, self._eval_generator)
         return self.adapter.env_action(action)[0]
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        """Actions for a batch of observations ``(B, ...)``: the modes, or the actions the
+        episodes' draws ``uniforms`` ``(B, D)`` pick by inverse transform sampling
+        (:mod:`constrained_grpo.sampling`), so that an episode does not depend on its batch."""
+        with torch.no_grad():
+            obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+            action = self.policy.mode(obs_t) if deterministic else self.policy.from_uniform(obs_t, uniforms)
+        return self.adapter.env_action(action)
 
     def seed_evaluation(self, seed: int) -> None:
         """Restart the generator that ``act(obs, deterministic=False)`` samples with."""
@@ -263,7 +233,7 @@ def load_trained_state(src: Path, policy: torch.nn.Module, trainer: GRPOTrainer,
 def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | TextGRPOAgent":
     """Registry entry point (``make_agent("cgrpo", env_id, seed, **config)``).
 
-    A task of a text family (:data:`TEXT_FAMILIES`, e.g. ``Math/ChainSum-v0``) gets a
+    A task of a text family (``Family.text``, e.g. ``Math/ChainSum-v0``) gets a
     :class:`~constrained_grpo.agents.text_agent.TextGRPOAgent` (its ``preset`` names a
     :data:`~constrained_grpo.agents.text_agent.TEXT_PRESETS` row, and it also takes
     ``lm={...}``); any other task a :class:`GRPOAgent`.
@@ -274,14 +244,14 @@ def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | T
     """
     from constrained_grpo.agents.variants import VARIANTS
 
-    if task_family(env_id) in TEXT_FAMILIES:
+    if is_text_task(env_id):
         from constrained_grpo.agents.text_agent import make_text_grpo_agent
 
         return make_text_grpo_agent(env_id, seed=seed, **config)
     if "lm" in config:
         raise ValueError(
             f"lm={config['lm']!r} configures a language-model policy, but {env_id!r} is a "
-            f"{task_family(env_id)!r} task (text families: {sorted(TEXT_FAMILIES)}); drop the lm option"
+            f"{task_info(env_id).family.name!r} task, which does not take text; drop the lm option"
         )
     algo = config.get("algo", "cgrpo")
     variant = VARIANTS[algo].options if algo in VARIANTS else {}
@@ -294,14 +264,14 @@ def resolve_grpo_config(env_id: str, **config: Any) -> dict[str, Any]:
     Raises the agent's own one-line error for a misspelled option or a value of the wrong type."""
     from constrained_grpo.agents.variants import VARIANTS
 
-    if task_family(env_id) in TEXT_FAMILIES:
+    if is_text_task(env_id):
         from constrained_grpo.agents.text_agent import resolve_text_config
 
         return resolve_text_config(env_id, **config)
     if "lm" in config:
         raise ValueError(
             f"lm={config['lm']!r} configures a language-model policy, but {env_id!r} is a "
-            f"{task_family(env_id)!r} task (text families: {sorted(TEXT_FAMILIES)}); drop the lm option"
+            f"{task_info(env_id).family.name!r} task, which does not take text; drop the lm option"
         )
     algo = config.get("algo", "cgrpo")
     options = merge_options(VARIANTS[algo].options if algo in VARIANTS else {}, config)

@@ -23,6 +23,7 @@ from torch import nn
 from constrained_grpo.agents.losses import log_softmax_columns
 from constrained_grpo.agents.trainer import RolloutBatch, check_finite_observations
 from constrained_grpo.constraints import Constraint, override_limits
+from constrained_grpo.sampling import categorical_from_uniform, gaussian_from_uniform
 from constrained_grpo.tasks import make_vec_env, task_constraints
 
 __all__ = ["CategoricalMLPPolicy", "ControlAdapter", "ControlData", "GaussianMLPPolicy", "make_control_policy", "mlp"]
@@ -82,6 +83,12 @@ class CategoricalMLPPolicy(nn.Module):
         """The most probable action."""
         return torch.argmax(self.net(obs), dim=-1)
 
+    def from_uniform(self, obs: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """The action inverse transform sampling picks for draws ``u`` ``(B, 1)``
+        (:func:`constrained_grpo.sampling.categorical_from_uniform` on pi(. | s))."""
+        probs = torch.softmax(self.net(obs).double(), dim=-1).numpy()
+        return torch.as_tensor(categorical_from_uniform(probs, u))
+
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(log pi(a|s), H[pi(.|s)])``, both shaped like ``actions``."""
         logp_all = self.log_probs_all(obs)
@@ -121,6 +128,12 @@ class GaussianMLPPolicy(nn.Module):
 
     def mode(self, obs: torch.Tensor) -> torch.Tensor:
         return self.net(obs)
+
+    def from_uniform(self, obs: torch.Tensor, u: np.ndarray) -> torch.Tensor:
+        """``mu(s) + sigma Phi^{-1}(u)`` for draws ``u`` ``(B, action_dim)``."""
+        mean = self.net(obs).double().numpy()
+        std = self.log_std.detach().double().exp().numpy()
+        return torch.as_tensor(gaussian_from_uniform(mean, std, u))
 
     def log_prob_entropy(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean = self.net(obs)

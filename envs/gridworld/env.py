@@ -76,6 +76,20 @@ class GridWorldEnv(gym.Env[np.ndarray, np.int64]):
 
         return solve_optimum(self.options)
 
+    def return_bounds(self) -> tuple[float, float]:
+        """Bounds every episode's return satisfies: an episode of T <= max_steps steps earns
+        ``a goal_reward + b gem_reward - T step_penalty`` with a, b in {0, 1} (the goal ends the
+        episode; the gem pays once), so it lies in ``[min(0, goal) + min(0, gem) - max(p, p T_max),
+        max(0, goal) + max(0, gem) - min(p, p T_max)]``, p = step_penalty. (The LP's unconstrained
+        optimum bounds only the expected return, which one lucky episode of a slippery grid may exceed.)"""
+        goal, gem, p, t_max = self._goal_reward, self._gem_reward, self._step_penalty, self.max_episode_steps
+        return (min(0.0, goal) + min(0.0, gem) - max(p, p * t_max), max(0.0, goal) + max(0.0, gem) - min(p, p * t_max))
+
+    @property
+    def max_episode_steps(self) -> int:
+        """The horizon: an episode is truncated after this many steps."""
+        return int(self.model.max_steps)
+
     def reference_policies(self) -> dict[str, Any]:
         """Policies that anchor the leaderboard, as ``act(obs, deterministic)``: ``optimal``,
         the LP's constrained optimum (its expected return is R* and its costs meet the

@@ -38,6 +38,7 @@ import numpy as np
 
 from constrained_grpo.constraints import Constraint, ConstraintError, override_limits
 from constrained_grpo.options import check_options, option_names
+from constrained_grpo.sampling import GAMMA, MASK64, splitmix64
 
 __all__ = [
     "ACTIONS",
@@ -52,8 +53,6 @@ __all__ = [
     "uniform_draw",
 ]
 
-MASK64 = (1 << 64) - 1
-GAMMA = 0x9E3779B97F4A7C15
 DRAW_GAMMA = 0xD1B54A32D192ED03
 EPISODE_GAMMA = 0xA0761D6478BD642F
 STEP_COUNTER = np.uint64((4 * DRAW_GAMMA) & MASK64)
@@ -78,23 +77,6 @@ MAX_SIZE = 64
 
 # Draw indices within a step.
 DRAW_SLIP, DRAW_SLIP_ACTION, DRAW_HAZARD = 0, 1, 2
-
-
-def splitmix64(x: Any) -> Any:
-    """SplitMix64 finaliser on Python ints or uint64 numpy arrays (wrapping arithmetic)."""
-    if isinstance(x, np.ndarray):
-        # In place on one temporary: at B = 1024 allocation is a large share of the cost.
-        z = x + np.uint64(GAMMA)
-        z ^= z >> np.uint64(30)
-        z *= np.uint64(0xBF58476D1CE4E5B9)
-        z ^= z >> np.uint64(27)
-        z *= np.uint64(0x94D049BB133111EB)
-        z ^= z >> np.uint64(31)
-        return z
-    z = (x + GAMMA) & MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
-    return z ^ (z >> 31)
 
 
 def uniform_draw(key: Any, t: Any, j: int) -> Any:

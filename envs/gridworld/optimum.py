@@ -82,6 +82,15 @@ class _PolicyIndex:
     x_constrained: np.ndarray
     x_unconstrained: np.ndarray
 
+    def table(self, constrained: bool, n_states: int) -> np.ndarray:
+        """``probs(t, s)`` for every t < T and s < ``n_states`` at once, ``(T + 1, n_states, 4)``
+        (row T, past the horizon, uniform): what a batched evaluation looks up."""
+        out = np.full((len(self.layers) + 1, n_states, 4), 0.25)
+        states = np.arange(n_states)
+        for t in range(len(self.layers)):
+            out[t] = np.stack([self.probs(t, int(s), constrained) for s in states])
+        return out
+
     def probs(self, t: int, state: int, constrained: bool) -> np.ndarray:
         uniform = np.full(4, 0.25)
         if not 0 <= t < len(self.layers):

@@ -6,9 +6,14 @@ environment; making one starts a worker in it (``make safety`` builds it).
 
 from __future__ import annotations
 
-from constrained_grpo.envs.registration import TaskInfo
+from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
 
-__all__ = ["SAFETY_TASKS", "SAFETY_MAKER"]
+__all__ = ["SAFETY", "SAFETY_TASKS", "SAFETY_MAKER"]
+
+#: The Safety-Gymnasium family's facts: episodes of 1,000 steps through a worker process in
+#: a second Python, so evaluation is 20 episodes per policy (the costs are cumulative: the
+#: t bound needs no minimum). The envs need ``make safety``, not a pip extra.
+SAFETY = Family("safety", EvalPlan(power=0.95, cap=20, pilot=20))
 
 _ENV = "constrained_grpo.envs.safety.env:LegacyBridgeEnv"
 _VEC = "constrained_grpo.envs.safety.env:LegacyBridgeVectorEnv"
@@ -35,7 +40,7 @@ def _safety(task: str, version: int, description: str, cost_description: str) ->
         "cost_names": ("cost",),
         "cost_descriptions": (cost_description,),
     }
-    return TaskInfo(f"Safety/{task}-v{version}", "safety", _ENV, kwargs, description, _VEC)
+    return TaskInfo(f"Safety/{task}-v{version}", SAFETY, _ENV, kwargs, description, _VEC)
 
 
 #: Navigation tasks (levels 1 and 2) and velocity tasks (v1), as in OmniSafe's benchmarks.

@@ -275,13 +275,13 @@ def test_custom_task_outside_the_table_gets_the_control_agent() -> None:
     the sync vector env, whose finishing-step costs must reach the multipliers."""
     import gymnasium as gym
 
-    from constrained_grpo.agents.agent import CUSTOM_FAMILY, task_family
+    from constrained_grpo.tasks import task_info
 
     env_id = "CourseGrid3x3-v0"
     if env_id not in gym.registry:
         gym.register(env_id, entry_point="constrained_grpo.envs.gridworld:GridWorldEnv", kwargs={"size": 3},
                      max_episode_steps=None)
-    assert task_family(env_id) == CUSTOM_FAMILY
+    assert task_info(env_id).family.name == "user"
     agent = constrained_grpo.make_agent("cgrpo", env_id, seed=0, preset="quick")
     assert isinstance(agent, GRPOAgent)
     logged: list[dict[str, Any]] = []
@@ -289,7 +289,7 @@ def test_custom_task_outside_the_table_gets_the_control_agent() -> None:
     # Every episode uses fuel, so a mean fuel cost of 0 would mean the last step's costs were lost.
     assert all(r["ep_cost"][1] >= 2 for r in logged)
     with pytest.raises(gym.error.UnregisteredEnv):
-        task_family("NoSuchTask-v0")
+        task_info("NoSuchTask-v0")
 
 
 def test_linear_policy_fast_path_matches_the_autograd_path(monkeypatch: pytest.MonkeyPatch) -> None:

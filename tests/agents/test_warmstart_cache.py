@@ -186,7 +186,7 @@ def test_harness_runs_of_a_task_and_seed_share_one_warm_start(tmp_path: Path, mo
     monkeypatch.setattr(lm_sft, "supervised_warm_start", lambda *a, **k: computed.append(1) or real(*a, **k))
     meta = task_meta(MATH)
     for algo in ("ref-warmstart", "grpo"):
-        outcome = execute_run(RunSpec(MATH, algo, 0, 16, 2, {"preset": "quick"}, False), tmp_path, meta=meta)
+        outcome = execute_run(RunSpec(MATH, algo, 0, 16, 53, {"preset": "quick"}, False), tmp_path, meta=meta)
         assert outcome.status == "done", outcome.error
     entries = list((tmp_path / WARMSTART_DIR).glob("*.json"))
     assert len(entries) == 1 and computed == [1]  # computed by the first run, loaded by the second

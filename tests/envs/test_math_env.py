@@ -255,7 +255,7 @@ def test_render_ansi():
 def test_registration_lists_math_tasks():
     assert {"Math/ChainSum-v0", "Math/WordProblems-v0"} <= set(MATH_IDS)
     assert ("Math/RGChainSum-v0" in MATH_IDS) == _has_reasoning_gym()  # registered only with the extra
-    assert all(constrained_grpo.envs.task_info(i).family == "math" for i in MATH_IDS)
+    assert all(constrained_grpo.envs.task_info(i).family.name == "math" for i in MATH_IDS)
     constrained_grpo.envs.register_tasks()
     assert constrained_grpo.envs.list_tasks("math") == MATH_IDS
 

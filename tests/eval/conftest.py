@@ -29,7 +29,7 @@ def toy_results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     meta = task_meta(TASK)
     for algo in (TOY, TOY_UNCONSTRAINED):
         for seed in (0, 1):
-            outcome = execute_run(RunSpec(TASK, algo, seed, 300, 6, {}, False), out, meta=meta)
+            outcome = execute_run(RunSpec(TASK, algo, seed, 300, 13, {}, False), out, meta=meta)
             assert outcome.status == "done", outcome.error
     return out
 

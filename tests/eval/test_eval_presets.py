@@ -33,9 +33,9 @@ def test_unregistered_preset_algorithms_are_skipped_with_a_warning():
 
 
 def test_overrides():
-    preset = resolve("standard", tasks=[TASK], algos=[TOY], seeds=2, steps=500, eval_episodes=4, registered=[])
+    preset = resolve("standard", tasks=[TASK], algos=[TOY], seeds=2, steps=500, eval_episodes=13, registered=[])
     assert preset.resolved_tasks() == (TASK,) and preset.algos == (TOY,)
-    assert [(r.seed, r.steps, r.eval_episodes) for r in preset.runs()] == [(0, 500, 4), (1, 500, 4)]
+    assert [(r.seed, r.steps, r.eval_episodes) for r in preset.runs()] == [(0, 500, 13), (1, 500, 13)]
     with pytest.raises(ValueError, match=r"unknown algorithm\(s\) \['nope'\]"):
         resolve("quick", algos=["nope"], registered=["cgrpo"])
     with pytest.raises(ValueError, match=r"unknown task\(s\) \['Grid/Nope-v0'\]"):
@@ -67,7 +67,7 @@ def _grid(preset) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], int, int]
 
 def test_quick_runs():
     runs = PRESETS["quick"].runs()
-    assert _grid(PRESETS["quick"]) == {"Grid/HazardFuel-v0": (DEFAULT_ALGOS, (0, 1, 2), 20_000, 20)}
+    assert _grid(PRESETS["quick"]) == {"Grid/HazardFuel-v0": (DEFAULT_ALGOS, (0, 1, 2), 20_000, None)}
     assert {r.algo: r.config for r in runs} == {
         "cgrpo": {"preset": "quick"}, "grpo-screw": {"preset": "quick"}, "grpo": {"preset": "quick"},
         "ppo-lag": {}, "pid-lag": {}, "ppo": {},
@@ -78,13 +78,13 @@ def test_standard_runs():
     preset = PRESETS["standard"]
     ten = tuple(range(10))
     assert _grid(preset) == {
-        "Grid/HazardFuel-v0": (DEFAULT_ALGOS, ten, 3_000_000, 500),
-        "Grid/HazardFuel3x3-v0": (DEFAULT_ALGOS, ten, 1_000_000, 500),
-        "Grid/HazardFuelSlip-v0": (DEFAULT_ALGOS, ten, 2_000_000, 500),
-        "Grid/HazardFuelMud-v0": (DEFAULT_ALGOS, ten, 3_000_000, 500),
-        "Highway/Highway-v1": (DEFAULT_ALGOS, ten, 300_000, 50),
-        "Math/ChainSum-v0": (GRPO, ten, 9_600, 50),
-        "Math/ChainSumLong-v0": (GRPO, ten, 9_600, 50),
+        "Grid/HazardFuel-v0": (DEFAULT_ALGOS, ten, 3_000_000, None),
+        "Grid/HazardFuel3x3-v0": (DEFAULT_ALGOS, ten, 1_000_000, None),
+        "Grid/HazardFuelSlip-v0": (DEFAULT_ALGOS, ten, 2_000_000, None),
+        "Grid/HazardFuelMud-v0": (DEFAULT_ALGOS, ten, 3_000_000, None),
+        "Highway/Highway-v1": (DEFAULT_ALGOS, ten, 300_000, None),
+        "Math/ChainSum-v0": (GRPO, ten, 9_600, None),
+        "Math/ChainSumLong-v0": (GRPO, ten, 9_600, None),
     }
     # Learners, then references: 3 per gridworld task, random + safe driver on highway, the warm start on math.
     assert len(preset.runs()) == 4 * (6 + 3) * 10 + (6 + 2) * 10 + 2 * (3 + 1) * 10
@@ -103,13 +103,13 @@ def test_paper_runs():
     grid = _grid(PRESETS["paper"])
     ten = tuple(range(10))
     for task in list_tasks("gridworld") + list_tasks("highway"):
-        assert grid.pop(task) == (DEFAULT_ALGOS, ten, 1_000_000, 100)
+        assert grid.pop(task) == (DEFAULT_ALGOS, ten, 1_000_000, None)
     # On the Safety tasks the OmniSafe-matched baselines replace ppo-lag and pid-lag (docs/parity.md).
     safety = (*GRPO, "ppo", "ppo-lag-omnisafe", "pid-lag-omnisafe", "trpo-lag-omnisafe")
     assert grid == {
-        "Safety/PointGoal1-v0": (safety, (0, 1, 2, 3, 4), 10_000_000, 100),
-        "Safety/CarGoal1-v0": (safety, (0, 1, 2, 3, 4), 10_000_000, 100),
-        "Math/ChainSum-v0": (GRPO, ten, 25_600, 100),
+        "Safety/PointGoal1-v0": (safety, (0, 1, 2, 3, 4), 10_000_000, None),
+        "Safety/CarGoal1-v0": (safety, (0, 1, 2, 3, 4), 10_000_000, None),
+        "Math/ChainSum-v0": (GRPO, ten, 25_600, None),
     }
 
 
@@ -156,9 +156,9 @@ def test_algos_override_that_leaves_a_task_empty():
 
 
 def test_seed_steps_and_eval_overrides_replace_the_scopes():
-    preset = resolve("standard", seeds=2, steps=1_000, eval_episodes=3)
+    preset = resolve("standard", seeds=2, steps=1_000, eval_episodes=13)
     grid = _grid(preset)
-    assert {v[1:] for v in grid.values()} == {((0, 1), 1_000, 3)}
+    assert {v[1:] for v in grid.values()} == {((0, 1), 1_000, 13)}
     assert grid["Math/ChainSum-v0"][0] == GRPO
     # Scope config stays; the preset-wide config (where `--config` lands) wins over it.
     from dataclasses import replace
@@ -179,8 +179,8 @@ def test_scopes_must_name_a_family_or_task():
         scopes={"math": Scope(algos=("cgrpo",), steps=100), "Math/ChainSum-v0": Scope(seeds=(7,))},
     )
     assert _grid(task_row) == {
-        "Math/ChainSum-v0": (("cgrpo",), (7,), 100, 20),
-        "Math/Arithmetic-v0": (("cgrpo",), (0, 1, 2), 100, 20),
+        "Math/ChainSum-v0": (("cgrpo",), (7,), 100, None),
+        "Math/Arithmetic-v0": (("cgrpo",), (0, 1, 2), 100, None),
     }
 
 

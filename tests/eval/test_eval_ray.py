@@ -29,7 +29,7 @@ from constrained_grpo.eval.sweep import expand_grid, run_sweep  # noqa: E402
 
 QUIET = {"progress": False, "echo": lambda line: None}
 #: Two tiny runs: what the CLI part asks for with ``--seeds 2 --steps 200 --eval-episodes 3 --no-save``.
-SPECS = expand_grid([TASK], [TOY], [0, 1], 200, eval_episodes=3, save_agent=False)
+SPECS = expand_grid([TASK], [TOY], [0, 1], 200, eval_episodes=13, save_agent=False)
 #: Long-table columns that differ between any two executions (seconds since training began).
 TIMING_COLUMNS = ("wall_s",)
 #: ``done.json`` fields that depend on the machine and the clock.
@@ -161,7 +161,7 @@ def _drivers_seen() -> set[int]:
 def test_cli_bench_on_a_running_cluster(tmp_path: Path, local_results: Path, ray_head: str):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "constrained_grpo.cli", "bench", "--preset", "quick", "--tasks", TASK,
-           "--algos", TOY, "--seeds", "2", "--steps", "200", "--eval-episodes", "3", "--no-save",
+           "--algos", TOY, "--seeds", "2", "--steps", "200", "--eval-episodes", "13", "--no-save",
            "--no-progress", "--backend", "ray", "--ray-address", ray_head, "--out", str(out)]
     env = subprocess_env()
     env.pop("RAY_ADDRESS", None)

@@ -65,24 +65,26 @@ def test_run_directory_layout_and_config(toy_results: Path):
         "config.json", "done.json", "eval.csv", "progress.csv"
     ]
     config = json.loads((path / "config.json").read_text())
-    assert config["run"] == {"task": TASK, "algo": TOY, "seed": 0, "steps": 300, "eval_episodes": 6,
+    assert config["run"] == {"task": TASK, "algo": TOY, "seed": 0, "steps": 300, "eval_episodes": 13,
                              "config": {}, "save_agent": False}
     assert config["task"]["optimum"]["constrained_return"] == pytest.approx(1.2)
     assert {"python", "numpy", "torch", "gymnasium", "stable_baselines3", "constrained_grpo"} <= set(config["versions"])
     assert config["command"].startswith(f"cgrpo train {TASK} {TOY} --seed 0 --steps 300")
     done = json.loads((path / "done.json").read_text())
     assert done["progress_rows"] == len(pd.read_csv(path / "progress.csv"))
-    assert done["eval_rows"] == 12  # 6 episodes for each of the sampled and the deterministic policy
-    assert done["eval"] == {"episodes": 6, "first_seed": EVAL_SEED, "policies": ["sampled", "deterministic"], "owner": "harness"}
+    assert done["eval_rows"] == 26  # 13 episodes for each of the sampled and the deterministic policy
+    # The toy agent has act() only: one env, sampling from torch's generator seeded with the first seed.
+    assert done["eval"] == {"episodes": 13, "first_seed": EVAL_SEED, "policies": ["sampled", "deterministic"],
+                            "owner": "harness", "sampler": "generator", "batched": False, "rule": {"rule": "fixed"}}
     ev = pd.read_csv(path / "eval.csv")
     assert list(ev.columns) == eval_columns(NAMES) == ["episode", "policy", "reset_seed", "return", "length",
                                                           "cost_hazard", "cost_fuel"]
-    assert list(ev["policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
-    assert list(ev["reset_seed"]) == [EVAL_SEED + i for i in range(6)] * 2
+    assert list(ev["policy"]) == ["sampled"] * 13 + ["deterministic"] * 13
+    assert list(ev["reset_seed"]) == [EVAL_SEED + i for i in range(13)] * 2
 
 
 def test_execute_run_reports_failure_with_traceback(tmp_path: Path):
-    spec = RunSpec(TASK, TOY, 0, 200, 2, {"crash": "always"}, False)
+    spec = RunSpec(TASK, TOY, 0, 200, 13, {"crash": "always"}, False)
     outcome = execute_run(spec, tmp_path)
     assert outcome.status == "failed" and "toy agent crash" in outcome.error
     path = spec.run_dir(tmp_path)
@@ -107,15 +109,15 @@ def test_load_results_builds_the_long_table(toy_results: Path):
     assert un["lambda_hazard"].isna().all()
     con = t[(t["algo"] == TOY) & (t["seed"] == 0)]
     assert (con[con["kind"] == "eval"]["lambda_hazard"] == con[con["kind"] == "train"]["lambda_hazard"].iloc[-1]).all()
-    assert len(con[con["kind"] == "eval"]) == 12
-    assert list(con.loc[con["kind"] == "eval", "policy"]) == ["sampled"] * 6 + ["deterministic"] * 6
+    assert len(con[con["kind"] == "eval"]) == 26
+    assert list(con.loc[con["kind"] == "eval", "policy"]) == ["sampled"] * 13 + ["deterministic"] * 13
     assert con["policy"][con["kind"] == "train"].isna().all()
     # Train rows are keyed by iteration, eval rows by (policy, episode); an eval row's
     # iteration is the last train iteration (the evaluated policy's), never an episode number.
     train_con, eval_con = con[con["kind"] == "train"], con[con["kind"] == "eval"]
     assert train_con["episode"].isna().all()
     assert (eval_con["iteration"] == len(train_con) - 1).all()
-    assert eval_con["episode"].tolist() == [0, 1, 2, 3, 4, 5] * 2
+    assert eval_con["episode"].tolist() == list(range(13)) * 2
     assert res.tasks[TASK].optimum_return == pytest.approx(1.2)
     assert [p.name for p in find_runs(toy_results)] == ["seed_0", "seed_1", "seed_0", "seed_1"]
 

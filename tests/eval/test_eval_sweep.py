@@ -28,7 +28,7 @@ def comparable(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def test_local_sweep_resumes_and_is_reproducible(tmp_path: Path):
-    specs = expand_grid([TASK], [TOY, TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=3, save_agent=False)
+    specs = expand_grid([TASK], [TOY, TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=13, save_agent=False)
     report = run_sweep(specs, tmp_path / "a", workers=2, **QUIET)
     assert report.ok and sorted(report.done) == sorted(s.key for s in specs)
     again = run_sweep(specs, tmp_path / "a", workers=2, **QUIET)
@@ -41,18 +41,18 @@ def test_local_sweep_resumes_and_is_reproducible(tmp_path: Path):
 
 
 def test_changed_settings_are_not_silently_skipped(tmp_path: Path):
-    run_sweep(expand_grid([TASK], [TOY], [0], 100, eval_episodes=2, save_agent=False), tmp_path, workers=1, **QUIET)
+    run_sweep(expand_grid([TASK], [TOY], [0], 100, eval_episodes=13, save_agent=False), tmp_path, workers=1, **QUIET)
     with pytest.raises(SweepConfigError, match="holds a completed run with settings"):
-        run_sweep(expand_grid([TASK], [TOY], [0], 200, eval_episodes=2, save_agent=False), tmp_path, workers=1, **QUIET)
+        run_sweep(expand_grid([TASK], [TOY], [0], 200, eval_episodes=13, save_agent=False), tmp_path, workers=1, **QUIET)
 
 
 def test_crashes_are_retried_reported_and_isolated(tmp_path: Path):
     markers = tmp_path / "markers"
     specs = (
-        expand_grid([TASK], [TOY], [0], 200, eval_episodes=2, config={TOY: {"crash": "once", "marker_dir": str(markers)}}, save_agent=False)
-        + expand_grid([TASK], [TOY], [1], 200, eval_episodes=2, config={TOY: {"crash": "always"}}, save_agent=False)
-        + expand_grid([TASK], [TOY], [2], 200, eval_episodes=2, config={TOY: {"crash": "kill_once", "marker_dir": str(markers)}}, save_agent=False)
-        + expand_grid([TASK], [TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=2, save_agent=False)
+        expand_grid([TASK], [TOY], [0], 200, eval_episodes=13, config={TOY: {"crash": "once", "marker_dir": str(markers)}}, save_agent=False)
+        + expand_grid([TASK], [TOY], [1], 200, eval_episodes=13, config={TOY: {"crash": "always"}}, save_agent=False)
+        + expand_grid([TASK], [TOY], [2], 200, eval_episodes=13, config={TOY: {"crash": "kill_once", "marker_dir": str(markers)}}, save_agent=False)
+        + expand_grid([TASK], [TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=13, save_agent=False)
     )
     lines: list[str] = []
     report = run_sweep(specs, tmp_path / "out", workers=2, progress=False, echo=lines.append)
@@ -77,7 +77,7 @@ def test_sigkill_mid_sweep_then_resume(tmp_path: Path):
     """Kill the whole sweep (driver and workers) while runs are writing; rerun; all present once."""
     out = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "constrained_grpo.cli", "bench", "--preset", "quick", "--tasks", TASK,
-           "--algos", TOY, "--seeds", "6", "--steps", "300", "--eval-episodes", "3", "--workers", "2",
+           "--algos", TOY, "--seeds", "6", "--steps", "300", "--eval-episodes", "13", "--workers", "2",
            "--config.sleep_s", "0.03", "--no-save", "--no-progress", "--out", str(out)]
     env = subprocess_env() | {"CGRPO_PROGRESS_FLUSH_S": "0"}  # rewrite progress.csv at every record
 
@@ -140,7 +140,7 @@ def test_sigkill_mid_sweep_then_resume(tmp_path: Path):
 
 def test_ray_backend_gives_the_local_table(tmp_path: Path):
     ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra: pip install 'constrained-grpo[ray]'")
-    specs = expand_grid([TASK], [TOY, TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=3, save_agent=False)
+    specs = expand_grid([TASK], [TOY, TOY_UNCONSTRAINED], [0, 1], 200, eval_episodes=13, save_agent=False)
     run_sweep(specs, tmp_path / "local", workers=2, **QUIET)
     env = {"PYTHONPATH": os.pathsep.join(p for p in sys.path if p), "OMP_NUM_THREADS": "1"}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})

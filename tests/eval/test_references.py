@@ -139,7 +139,7 @@ def test_safe_driver_refuses_tasks_it_cannot_read():
 def test_warm_start_reference_evaluates_with_the_harness_as_an_unupdated_grpo_agent(tmp_path: Path):
     from constrained_grpo.agents.text_agent import make_text_grpo_agent
 
-    task, n = "Math/ChainSumLong-v0", 6
+    task, n = "Math/ChainSumLong-v0", 53
     meta = task_meta(task)
     outcome = execute_run(RunSpec(task, "ref-warmstart", 0, 1, n, {"preset": "quick"}, False), tmp_path, meta=meta)
     assert outcome.status == "done", outcome.error

@@ -167,7 +167,7 @@ def test_escapes_for_csv_formulas_and_markdown():
 
 def test_progress_is_written_when_learn_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("CGRPO_PROGRESS_FLUSH_S", "1000")  # no periodic flush: only the final one can write it
-    spec = RunSpec(TASK, TOY, 0, 500, 2, {"crash": "always"}, False)
+    spec = RunSpec(TASK, TOY, 0, 500, 13, {"crash": "always"}, False)
     outcome = execute_run(spec, tmp_path)
     assert outcome.status == "failed" and "toy agent crash (always)" in outcome.error
     progress = pd.read_csv(spec.run_dir(tmp_path) / storage.PROGRESS_FILE)
@@ -179,14 +179,14 @@ def test_progress_is_written_when_learn_raises(tmp_path: Path, monkeypatch: pyte
 
 def test_a_run_completed_meanwhile_with_other_settings_is_not_success(tmp_path: Path):
     """A concurrent sweep completes the run with 300 steps; ours asked for 200."""
-    assert execute_run(RunSpec(TASK, TOY, 0, 300, 2, {}, False), tmp_path).status == "done"
-    outcome = execute_run(RunSpec(TASK, TOY, 0, 200, 2, {}, False), tmp_path)
+    assert execute_run(RunSpec(TASK, TOY, 0, 300, 13, {}, False), tmp_path).status == "done"
+    outcome = execute_run(RunSpec(TASK, TOY, 0, 200, 13, {}, False), tmp_path)
     assert outcome.status == "failed" and "holds a completed run with settings" in outcome.error
-    assert execute_run(RunSpec(TASK, TOY, 0, 300, 2, {}, False), tmp_path).status == "done"
+    assert execute_run(RunSpec(TASK, TOY, 0, 300, 13, {}, False), tmp_path).status == "done"
 
 
 def test_two_identical_sweeps_on_one_folder_both_succeed_and_do_each_run_once(tmp_path: Path):
-    specs = expand_grid([TASK], [TOY], [0, 1, 2], 200, eval_episodes=2,
+    specs = expand_grid([TASK], [TOY], [0, 1, 2], 200, eval_episodes=13,
                         config={TOY: {"sleep_s": 0.05}}, save_agent=False)
     reports = [None, None]
 
@@ -220,7 +220,7 @@ def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
 
     from multiprocessing import forkserver
 
-    specs = expand_grid([TASK], [TOY], [0, 1, 2, 3], 400, eval_episodes=2, config={TOY: {"sleep_s": 0.05}},
+    specs = expand_grid([TASK], [TOY], [0, 1, 2, 3], 400, eval_episodes=13, config={TOY: {"sleep_s": 0.05}},
                         save_agent=False)
     seen: dict[str, object] = {"children": set(), "killed": None}
 
@@ -247,9 +247,9 @@ def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
 
 
 def test_bench_force_redoes_runs_recorded_with_other_settings(tmp_path: Path):
-    first = expand_grid([TASK], [TOY], [0, 1], 100, eval_episodes=2, save_agent=False)
+    first = expand_grid([TASK], [TOY], [0, 1], 100, eval_episodes=13, save_agent=False)
     assert run_sweep(first, tmp_path, workers=1, **QUIET).ok
-    second = expand_grid([TASK], [TOY], [0, 1], 200, eval_episodes=2, save_agent=False)
+    second = expand_grid([TASK], [TOY], [0, 1], 200, eval_episodes=13, save_agent=False)
     report = run_sweep(second, tmp_path, workers=1, force=True, **QUIET)
     assert report.ok and sorted(report.done) == sorted(s.key for s in second)
     for spec in second:

@@ -50,7 +50,7 @@ def wait_gone(sid: int, within: float = 10.0) -> list[int]:
 
 def bench(out: Path, steps: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "constrained_grpo.cli", "bench", "--tasks", TASK, "--algos", TOY,
-           "--seeds", str(SEEDS), "--steps", str(steps), "--eval-episodes", "2", "--workers", "2",
+           "--seeds", str(SEEDS), "--steps", str(steps), "--eval-episodes", "13", "--workers", "2",
            "--no-save", "--no-progress", "--config.sleep_s", "0.01", "--out", str(out)]
     return subprocess.Popen(cmd, env=subprocess_env(), start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -72,7 +72,7 @@ def test_task_meta_round_trips_through_config_json() -> None:
 
 
 def test_config_json_has_the_schema_keys(tmp_path: Path) -> None:
-    spec = runner.RunSpec(TASK, TOY, 0, 300, 6, {}, False)
+    spec = runner.RunSpec(TASK, TOY, 0, 300, 13, {}, False)
     prov = {"invoked_as": shlex.join(["cgrpo", "bench"]), "git": None, "versions": {}}
     config = runner.run_config(spec, tmp_path, runner.task_meta(TASK), prov)
     assert sorted(config) == sorted(schema.CONFIG_KEYS)

@@ -195,7 +195,7 @@ def test_end_to_end_multipliers_and_leaderboard(tmp_path):
     # 4 iterations of P=4 problems x G=8 completions of at most 12 characters: the random
     # Llama never writes '#### <n>' (format 1 > limit 0.1: violated) and never exceeds the
     # 40-character budget (length 0 < 0.2, the run's own limit: satisfied).
-    spec = RunSpec("Math/ChainSum-v0", "constrained_grpo.trl:cgrpo", 0, steps=4 * 32, eval_episodes=4,
+    spec = RunSpec("Math/ChainSum-v0", "constrained_grpo.trl:cgrpo", 0, steps=4 * 32, eval_episodes=53,
                    config={"max_completion_length": 12, "tiny_hidden": 16, "tiny_layers": 1, "limits": {"length": 0.2},
                            "multiplier": {"init": 1.0, "lr": 0.5}})
     outcome = execute_run(spec, tmp_path / "runs")

@@ -1,0 +1,77 @@
+"""A task family owns its facts (``TaskInfo`` / ``Family``, envs/registration.py): settings
+never depend on the text of a task id, and the resolved configuration of every registered
+algorithm on every registered task is what it was when the rules lived in per-id tables."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from constrained_grpo.envs import TASKS, list_tasks
+from constrained_grpo.envs.gridworld.tasks import GRIDWORLD
+from constrained_grpo.envs.registration import USER_FAMILY, EvalPlan, Family, register_task
+from constrained_grpo.registry import list_agents, resolve_config
+from constrained_grpo.tasks import task_info
+
+DIGESTS = Path(__file__).parent / "data" / "resolved_configs.json"
+GRID_ENTRY = "constrained_grpo.envs.gridworld.env:GridWorldEnv"
+
+
+def _digest(config: dict) -> str:
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def test_every_algorithm_on_every_task_resolves_as_recorded():
+    """The digests were taken from ``resolve_config`` (what ``cgrpo algos NAME --task ID``
+    prints) for all 1,584 pairs before the per-id tables were folded into the families."""
+    recorded = json.loads(DIGESTS.read_text())
+    pairs = [f"{a}|{t}" for a in list_agents() for t in list_tasks()]
+    base = [p for p in pairs if not p.split("|")[1].startswith("Math/RG")]  # reasoning-gym ids need its extra
+    assert set(base) <= set(recorded), sorted(set(base) - set(recorded))[:5]
+    changed = [p for p in pairs if p in recorded and _digest(resolve_config(*p.split("|"))) != recorded[p]]
+    assert not changed, changed[:10]
+
+
+def test_an_ids_text_never_changes_its_settings():
+    for env_id in ("Grid/FactsGrid-v0", "Foo/FactsGrid-v0"):
+        if env_id not in gym.registry:
+            gym.register(env_id, entry_point=GRID_ENTRY, kwargs={"size": 3})
+    a = {algo: resolve_config(algo, "Grid/FactsGrid-v0") for algo in ("cgrpo", "ppo-lag")}
+    b = {algo: resolve_config(algo, "Foo/FactsGrid-v0") for algo in ("cgrpo", "ppo-lag")}
+    assert a == b
+    assert task_info("Grid/FactsGrid-v0").family is USER_FAMILY
+    # The user family changes nothing: the control agent's MLP and SB3's discount.
+    assert a["cgrpo"]["config"]["hidden_sizes"] == [64, 64] and a["ppo-lag"]["config"]["gamma"] == 0.99
+
+
+def test_a_user_task_declared_with_a_family_gets_its_facts():
+    register_task("Course/FactsGrid-v0", GRID_ENTRY, family=GRIDWORLD, kwargs={"size": 3})
+    info = task_info("Course/FactsGrid-v0")
+    assert info.family is GRIDWORLD and info.task_references() == ("ref-random", "ref-optimal", "ref-unconstrained")
+    cgrpo = resolve_config("cgrpo", "Course/FactsGrid-v0")["config"]
+    assert cgrpo["hidden_sizes"] == [] and cgrpo["lr"] == 0.01
+    assert resolve_config("ppo-lag", "Course/FactsGrid-v0")["config"]["gamma"] == 1.0
+    with pytest.raises(ValueError, match="registered already with other facts"):
+        register_task("Course/FactsGrid-v0", GRID_ENTRY, family=USER_FAMILY, kwargs={"size": 3})
+
+
+def test_families_declare_their_facts_once():
+    names = {t.family.name: t.family for t in TASKS}
+    assert set(names) == {"gridworld", "highway", "safety", "math"}
+    assert {n: (f.eval.cap, f.text, f.extra) for n, f in names.items() if n != "math"} == {
+        "gridworld": (20_000, False, None), "highway": (20_000, False, "highway"), "safety": (20, False, None)}
+    assert names["math"].text and names["math"].eval.cap == 200
+    # One Family object per family (the math built-ins differ only in needing no extra).
+    for t in TASKS:
+        assert t.family.eval == names[t.family.name].eval
+    assert task_info("Highway/Highway-v1").task_references() == ("ref-random", "ref-safe-driver")
+    assert task_info("Highway/Merge-v0").task_references() == ("ref-random",)
+    assert task_info("Grid/HazardFuelCoords-v0").algo_defaults("grpo")[-1] == {"hidden_sizes": (64, 64), "lr": 3e-3}
+    with pytest.raises(ValueError, match="algorithm families"):
+        Family("bad", EvalPlan(), defaults={"ppo": {}})
+    with pytest.raises(ValueError, match="power must be in"):
+        EvalPlan(power=1.0)

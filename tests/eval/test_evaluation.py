@@ -1,0 +1,160 @@
+"""The harness's final evaluation: batched and serial paths play the same episodes, the
+episode count is planned from the limits, and a count too small to decide is refused."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval.evaluation import evaluate_agent
+from constrained_grpo.eval.loader import load_run
+from constrained_grpo.eval.metrics import run_metrics
+from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+from constrained_grpo.eval.verdict import (
+    EvalSizeError,
+    certifiable_minimum,
+    check_eval_size,
+    cost_bounds,
+    plan_episodes,
+)
+from constrained_grpo.registry import make_agent
+from constrained_grpo.sampling import categorical_from_uniform, episode_uniforms, gaussian_from_uniform
+
+
+def _same(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("returns", "costs", "lengths"))
+
+
+@pytest.mark.parametrize(("algo", "task", "n"), [
+    ("cgrpo", "Grid/HazardFuel-v0", 300),        # linear policy on one-hot cells
+    ("cgrpo", "Grid/HazardFuelCoords-v0", 200),  # an MLP
+    ("ppo-lag", "Grid/HazardFuelSlip-v0", 200),  # SB3's distribution, slippery transitions
+    ("ref-optimal", "Grid/HazardFuel3x3-v0", 300),
+    ("ref-random", "Grid/HazardFuelMud-v0", 200),
+])
+def test_batched_and_serial_evaluations_play_the_same_episodes(algo: str, task: str, n: int):
+    agent = make_agent(algo, task, seed=3)
+    batched, pb = evaluate_agent(agent, task, n, batched=True)
+    serial, ps = evaluate_agent(agent, task, n, batched=False)
+    assert pb.batched and not ps.batched and pb.sampler == ps.sampler == "episode-uniforms"
+    for policy in ("sampled", "deterministic"):
+        assert _same(batched[policy], serial[policy]), (algo, task, policy)
+    # The sampled policy does sample: a random policy's episodes are not all alike.
+    assert len(np.unique(batched["sampled"].lengths)) > 1 or algo != "ref-random"
+
+
+def test_highway_batched_twin_plays_highway_envs_episodes():
+    pytest.importorskip("highway_env")
+    agent = make_agent("cgrpo", "Highway/Highway-v1", seed=0)
+    batched, _ = evaluate_agent(agent, "Highway/Highway-v1", 26, batched=True)
+    serial, _ = evaluate_agent(agent, "Highway/Highway-v1", 26, batched=False)  # highway-env itself
+    for policy in ("sampled", "deterministic"):
+        assert _same(batched[policy], serial[policy]), policy
+
+
+def test_episode_uniforms_depend_on_the_episode_alone():
+    u = episode_uniforms(np.arange(1000, 1010), 7, 3)
+    assert u.shape == (10, 3)
+    assert np.array_equal(u[4], episode_uniforms(1004, 7, 3)[0])  # not on the batch
+    assert not np.array_equal(u[4], episode_uniforms(1004, 8, 3)[0])  # but on the step
+    many = episode_uniforms(np.arange(20_000), 0, 1).ravel()
+    assert 0.0 < many.min() and many.max() < 1.0
+    assert sps.kstest(many, "uniform").pvalue > 1e-3
+
+
+def test_inverse_transform_sampling_by_hand():
+    probs = np.tile([0.2, 0.3, 0.5], (5, 1))
+    # F = (0.2, 0.5, 1.0): u < 0.2 -> 0, 0.2 <= u < 0.5 -> 1, else 2.
+    assert categorical_from_uniform(probs, np.array([0.1, 0.2, 0.49, 0.5, 0.999])).tolist() == [0, 1, 1, 2, 2]
+    u = episode_uniforms(np.arange(30_000), 0, 1)
+    freq = np.bincount(categorical_from_uniform(np.tile([0.2, 0.3, 0.5], (30_000, 1)), u), minlength=3) / 30_000
+    np.testing.assert_allclose(freq, [0.2, 0.3, 0.5], atol=0.01)
+    # Phi^-1(0.5) = 0, Phi^-1(0.975) = 1.95996
+    np.testing.assert_allclose(gaussian_from_uniform([1.0, 1.0], [2.0, 2.0], [0.5, 0.975]), [1.0, 1.0 + 2 * 1.959964], atol=1e-5)
+
+
+def test_certifiable_minimum_and_refusal():
+    # 0 events in n: the exact upper bound 1 - 0.05^(1/n) is <= 0.11 first at n = 26 (0.89^25 = 0.054).
+    assert certifiable_minimum(0.1) == 26 and 0.89**25 > 0.05 >= 0.89**26
+    assert certifiable_minimum(0.05) == 53 and certifiable_minimum(0.2) == 13
+    hazard = Constraint("hazard", 0.1, "", True)
+    with pytest.raises(EvalSizeError, match="use at least 26"):
+        check_eval_size(25, [hazard, Constraint("fuel", 12.0, "")], "--eval-episodes")
+    check_eval_size(26, [hazard], "--eval-episodes")
+    check_eval_size(2, [Constraint("fuel", 12.0, "")], "--eval-episodes")  # a t bound needs no minimum
+    assert cost_bounds(np.zeros(26), 0.1, True, alpha_lower=0.05, alpha_upper=0.05)[1] <= 0.11
+
+
+def test_plan_for_a_non_indicator_cost_reaches_its_power_by_simulation():
+    """n = ((z_0.95 + z_power) s / (tol d))^2 certifies a cost at its limit with about the planned power."""
+    fuel = Constraint("fuel", 12.0, "")
+    rng = np.random.default_rng(0)
+    pilot = rng.normal(12.0, 6.0, 1000)
+    n = plan_episodes([fuel], power=0.95, cap=20_000, pilot_costs=[pilot])
+    s = float(np.std(pilot, ddof=1))
+    assert n == math.ceil(((sps.norm.ppf(0.95) * 2) * s / 1.2) ** 2)
+    within = 0
+    for _ in range(2000):
+        x = rng.normal(12.0, 6.0, n)
+        within += cost_bounds(x, 12.0, False, alpha_lower=0.05, alpha_upper=0.05)[1] <= 13.2
+    assert abs(within / 2000 - 0.95) < 0.02
+    # Indicator limits: the exact binomial plan; a cap short of it is the count.
+    assert plan_episodes([Constraint("h", 0.1, "", True)], power=0.95, cap=20_000) == 10_175
+    assert plan_episodes([Constraint("h", 0.1, "", True)], power=0.95, cap=2_000) == 2_000
+    with pytest.raises(EvalSizeError, match="evaluation cap"):
+        plan_episodes([Constraint("h", 0.1, "", True)], power=0.95, cap=20)
+
+
+GRID_TASKS = ["Grid/Fuel-v0", "Grid/HazardFuel-v0", "Grid/HazardFuelMud-v0", "Grid/HazardFuelSlip-v0",
+              "Grid/HazardFuelCumulative-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelCoords-v0"]
+
+
+@pytest.mark.parametrize("task", GRID_TASKS)
+def test_the_exact_optimum_is_within_and_scores_one_at_the_planned_evaluation(tmp_path: Path, task: str):
+    """Acceptance: ``ref-optimal`` through the harness at the family's plan is within its limits
+    and scores 0.99-1.01 normalised (every seed evaluates the same episodes: one run says it)."""
+    meta = task_meta(task)
+    outcome = execute_run(RunSpec(task, "ref-optimal", 0, 1, None, {}, False), tmp_path, meta=meta)
+    assert outcome.status == "done", outcome.error
+    table, meta = load_run(next(tmp_path.rglob("done.json")).parent, known_algos=None)
+    row = run_metrics(table, {meta.task: meta}).iloc[0]
+    assert row["feasibility"] == "feasible", row.filter(like="verdict").to_dict()
+    assert 0.99 <= row["score"] <= 1.01, row["score"]
+    # 99% power: 6,534 episodes certify an indicator limit of 0.2 (14,790 one of 0.1); a grid with
+    # fuel alone needs no more than its 1,000 pilot episodes.
+    assert row["eval_episodes"] >= (6_534 if any(c.indicator for c in meta.constraints) else 1_000)
+
+
+@pytest.mark.parametrize("task", ["Grid/HazardFuelSlip-v0", "Grid/HazardFuelCoords-v0"])
+def test_the_optimal_policys_lookup_table_equals_its_per_state_probabilities(task: str):
+    from constrained_grpo.tasks import make_vec_env
+
+    agent = make_agent("ref-optimal", task, seed=0)
+    policy = agent._act
+    vec = make_vec_env(task, 64)
+    obs, _ = vec.reset(seed=list(range(64)))
+    seen = []
+    for t in range(30):  # observations along sampled episodes: every cell, flag and time the policy meets
+        seen.append(obs)
+        obs, *_ = vec.step(agent.act_batch(obs, False, episode_uniforms(np.arange(64), t, 1)))
+    rows = np.concatenate(seen)
+    np.testing.assert_array_equal(policy.probs_batch(rows), np.stack([policy.probs(o) for o in rows]))
+
+
+def test_runs_with_different_planned_counts_are_paired_on_their_common_prefix():
+    import pandas as pd
+
+    from constrained_grpo.eval.leaderboard import comparability
+
+    runs = pd.DataFrame({
+        "task": ["T"] * 4, "algo": ["a", "a", "b", "b"], "eval_policies": ["sampled+deterministic"] * 4,
+        "eval_episodes": [14_790, 17_802, 14_790, 20_000], "eval_first_seed": [1e6] * 4, "env_steps": [1000] * 4,
+    })
+    assert comparability(runs) == {}
+    runs.loc[3, "eval_first_seed"] = 2e6
+    assert "evaluation reset seeds differ" in comparability(runs)["T"][0]
