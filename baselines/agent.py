@@ -37,7 +37,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
-from constrained_grpo.agents.trainer import (
+from constrained_grpo.nonfinite import (
     NonFiniteRolloutError,
     NonFiniteUpdateError,
     check_finite_observations,

@@ -26,7 +26,7 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.utils import explained_variance
 from torch.nn import functional as F
 
-from constrained_grpo.agents.trainer import NonFiniteUpdateError
+from constrained_grpo.nonfinite import NonFiniteUpdateError
 from constrained_grpo.baselines.buffers import CostRolloutBufferSamples
 from constrained_grpo.baselines.config import PPOLagConfig
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian, clip_grad_norms_

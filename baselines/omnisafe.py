@@ -34,7 +34,7 @@ from stable_baselines3.common.utils import explained_variance
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from torch.nn import functional as F
 
-from constrained_grpo.agents.trainer import NonFiniteUpdateError
+from constrained_grpo.nonfinite import NonFiniteUpdateError
 from constrained_grpo.baselines.config import PPOLagConfig
 from constrained_grpo.baselines.constrained_base import actor_parameters, kl_per_state, lag_model_kwargs
 from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian

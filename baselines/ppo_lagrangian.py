@@ -40,7 +40,7 @@ from stable_baselines3.common.utils import explained_variance, obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 from torch.nn import functional as F
 
-from constrained_grpo.agents.trainer import NonFiniteUpdateError
+from constrained_grpo.nonfinite import NonFiniteUpdateError
 from constrained_grpo.baselines.buffers import CostRolloutBuffer
 from constrained_grpo.baselines.config import COST_ADVANTAGE_NORMS
 from constrained_grpo.baselines.policies import CostActorCriticPolicy

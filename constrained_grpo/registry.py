@@ -27,6 +27,7 @@ __all__ = [
     "Agent",
     "EvalResult",
     "LOG_REQUIRED_KEYS",
+    "WARMSTART_CACHE_ENV",
     "agent_spec",
     "list_agents",
     "load_entry_point",
@@ -39,6 +40,11 @@ __all__ = [
 
 #: Packages that register built-in algorithms when imported.
 BUILTIN_AGENT_PACKAGES: tuple[str, ...] = ("constrained_grpo.agents", "constrained_grpo.baselines", "constrained_grpo.references")
+
+#: Environment variable naming a directory where agents cache what is costly to build and
+#: the same for every run of a task and seed (the text agents' supervised warm start); the
+#: harness sets it to the results root's ``.warmstart/`` while it builds a run's agent.
+WARMSTART_CACHE_ENV = "CGRPO_WARMSTART_CACHE"
 
 #: The one flattener of a log record (``schema.flatten_record``), under its registry name.
 flatten_log_record = flatten_record

@@ -200,12 +200,6 @@ def _check_integral(df: pd.DataFrame, columns: Iterable[str], where: str) -> Non
         df[col] = exact.astype(np.int64) if np.issubdtype(exact.dtype, np.integer) else values.astype(np.int64)
 
 
-def _known_algos() -> set[str]:
-    from constrained_grpo.registry import list_agents
-
-    return set(list_agents())
-
-
 def _check_algo(name: Any, where: str, known: Collection[str] | None) -> str:
     """A well-formed algorithm name, registered (when ``known`` is given) or a dotted path.
 
@@ -505,12 +499,14 @@ def load_results(
 
     A run without ``done.json`` is incomplete: an error (naming the runs and how to
     finish them) unless ``allow_incomplete``, in which case it is listed in
-    ``Results.incomplete``. ``known_algos`` defaults to the registry's names.
+    ``Results.incomplete``. A run's algorithm is the name its ``config.json`` records (with
+    the capabilities recorded beside it): reading results consults no registry and imports
+    no trainer. ``known_algos``, when given, restricts the names accepted.
     """
     runs = find_runs(root)
     if not runs:
         raise ResultsError(f"no run directories (with {storage.CONFIG_FILE}) under {root}")
-    known = _known_algos() if known_algos is None else set(known_algos)
+    known = None if known_algos is None else set(known_algos)
     frames: list[pd.DataFrame] = []
     tasks: dict[str, TaskMeta] = {}
     incomplete: list[Path] = []

@@ -1,6 +1,7 @@
-"""Metrics of return, constraint satisfaction and multiplier stability.
+"""Metrics of return and constraint satisfaction per run, and the run table.
 
-Every function is pure. The array functions take one run's series; :func:`run_metrics`
+Multiplier stability lives in one module, :mod:`constrained_grpo.eval.stability` (what the
+leaderboard and the tutorial use); :func:`run_metrics` takes it from there. Every function is pure. The array functions take one run's series; :func:`run_metrics`
 applies them to every run of a long table (``constrained_grpo.eval.loader``).
 
 Notation: iterations t = 0..T-1 with cumulative env steps s_t, training return R_t,
@@ -29,17 +30,13 @@ __all__ = [
     "expected_score",
     "cumulative_violation",
     "final_performance",
-    "final_value",
     "fmean",
     "fraction_within",
     "lambda_distance",
     "normalised_return",
     "normalised_violation",
-    "oscillations",
-    "overshoot",
     "run_metrics",
     "second_half",
-    "settling_time",
     "standard_error",
     "tail_length",
     "TailSummary",
@@ -136,57 +133,6 @@ def second_half(x: Sequence[float] | np.ndarray) -> np.ndarray:
     """x_t for t >= floor(T/2)."""
     a = _arr(x)
     return a[len(a) // 2:]
-
-
-def oscillations(lam: Sequence[float] | np.ndarray, rel_tol: float = 0.01) -> int:
-    """Number of sign changes of the significant increments of lambda.
-
-    With D_t = lambda_{t+1} - lambda_t, keep the D_t with |D_t| > rel_tol * max_t |lambda_t|
-    (moves below the tolerance are noise or a flat stretch, and are skipped, not
-    counted as a reversal); count consecutive kept pairs of opposite sign. A sampled
-    oscillation with P full periods gives about 2P.
-    """
-    x = _arr(lam)
-    d = np.diff(x)
-    tol = rel_tol * float(np.max(np.abs(x))) if x.size else 0.0
-    s = np.sign(d[np.abs(d) > tol])
-    return int(np.sum(s[1:] != s[:-1]))
-
-
-def final_value(lam: Sequence[float] | np.ndarray, frac: float = 0.1) -> float:
-    """lambda_final: mean over the last max(1, ceil(frac T)) iterations."""
-    return final_performance(lam, frac)
-
-
-def overshoot(lam: Sequence[float] | np.ndarray, frac: float = 0.1, eps: float = 1e-6) -> float:
-    """Peak above the final value, relative to it: max(0, max_t lambda_t - lambda_final) / max(|lambda_final|, eps)."""
-    x = _arr(lam)
-    f = final_value(x, frac)
-    return float(max(0.0, float(x.max()) - f) / max(abs(f), eps))
-
-
-def settling_time(
-    env_steps: Sequence[float] | np.ndarray,
-    lam: Sequence[float] | np.ndarray,
-    band: float = 0.1,
-    frac: float = 0.1,
-    floor: float = 1e-6,
-) -> float:
-    """Fraction of training after which lambda stays within +-band of its final value.
-
-    t* = the first t such that |lambda_u - lambda_final| <= band * max(|lambda_final|, floor)
-    for every u >= t; the result is s_{t*} / s_{T-1} (1 when only the last point is inside,
-    so a multiplier that never settles scores 1).
-    """
-    s = _arr(env_steps)
-    x = _arr(lam)
-    f = final_value(x, frac)
-    outside = np.abs(x - f) > band * max(abs(f), floor)
-    if not outside.any():
-        t_star = 0
-    else:
-        t_star = min(int(np.flatnonzero(outside)[-1]) + 1, len(x) - 1)
-    return float(s[t_star] / s[-1]) if s[-1] > 0 else 1.0
 
 
 # ------------------------------------------------------------------ constraint-aware score

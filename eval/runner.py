@@ -8,6 +8,7 @@ itself, but records the traceback in ``error.txt`` and returns a failed
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.metadata
 import json
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints, override_limits
-from constrained_grpo.registry import EvalResult, agent_spec, make_agent, resolve_config
+from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, agent_spec, make_agent, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info
 from constrained_grpo.eval import storage
@@ -355,6 +356,20 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@contextlib.contextmanager
+def _environ(name: str, value: str) -> Iterator[None]:
+    """``os.environ[name] = value`` within the block, the previous value (or none) after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
 def _limit_threads() -> None:
     """One intra-op thread: the sweep parallelises over runs, and results then do not
     depend on the machine's core count (a multi-threaded reduction may sum in another order)."""
@@ -458,12 +473,11 @@ def _execute(
     )
     _limit_threads()
     _seed_everything(spec.seed)
-    from constrained_grpo.agents.lm_sft import warmstart_cache
-
-    # Text agents of one task and seed share one warm start, computed by the first run.
-    # path is storage.run_dir(root, task, algo, seed): the task's parts, algo and seed below root.
+    # Agents of one task and seed share what is costly to build (the text agents' warm start),
+    # computed by the first run. path is storage.run_dir(root, task, algo, seed): the task's
+    # parts, algo and seed below root.
     root = Path(path).parents[len([p for p in spec.task.split("/") if p]) + 1]
-    with warmstart_cache(root / WARMSTART_DIR):
+    with _environ(WARMSTART_CACHE_ENV, str(root / WARMSTART_DIR)):
         agent = make_agent(spec.algo, spec.task, seed=spec.seed, **spec.config)
     _limit_threads()
 

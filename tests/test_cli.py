@@ -215,6 +215,11 @@ def test_train_refuses_a_complete_run_with_other_settings_unless_forced(capsys, 
         assert code == 0, err
         assert json.loads((run / "config.json").read_text())["run"]["steps"] == 200
         assert run_main(capsys, *other)[0] == 0  # the same settings: complete already
+        # Too few episodes to certify the hazard limit (0.2 needs 13) is refused before --force
+        # removes anything: the complete run stays.
+        code, err = run_main(capsys, *[*other[:6], "12", *other[7:]], "--force")
+        assert code == 2 and "use at least 13" in err and "Traceback" not in err
+        assert (run / "done.json").exists() and json.loads((run / "config.json").read_text())["run"]["eval_episodes"] == 13
     finally:
         sys.path.remove(str(HERE / "eval"))
 

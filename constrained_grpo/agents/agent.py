@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
+from constrained_grpo.agents.checkpoint import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config, merge_options
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
@@ -49,9 +50,6 @@ __all__ = [
 if TYPE_CHECKING:
     from constrained_grpo.agents.text_agent import TextGRPOAgent
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-STATE_FILE = "state.json"
 
 #: The control family's knobs, applied on top of every GRPO preset (the text agent applies
 #: its own ``TEXT_PRESETS`` instead, so these do not leak into a language model's run).
@@ -210,24 +208,6 @@ class GRPOAgent:
             )
         load_trained_state(src, self.policy, self.trainer, "policy weights and optimiser state", "saved GRPO agent")
         return self
-
-
-def load_trained_state(src: Path, policy: torch.nn.Module, trainer: GRPOTrainer, weights: str, what: str) -> None:
-    """Load a saved agent's weights (policy, reference policy, optimiser) and trainer state
-    (multipliers, counters) from directory ``src`` into ``policy`` and ``trainer``; a missing
-    or damaged file is a ``CheckpointError`` naming it."""
-    if not (src / WEIGHTS_FILE).is_file():
-        raise CheckpointError(f"{src / WEIGHTS_FILE} is missing: {src} is not a complete saved agent; save it again")
-    with reading_checkpoint(src / WEIGHTS_FILE, weights):
-        tensors = load_file(str(src / WEIGHTS_FILE))
-        policy.load_state_dict({k[len("policy."):]: v for k, v in tensors.items() if k.startswith("policy.")})
-        ref = {k[len("reference."):]: v for k, v in tensors.items() if k.startswith("reference.")}
-        if ref and trainer.reference is not None:
-            trainer.reference.load_state_dict(ref)
-        trainer.load_optimizer_tensors(tensors)
-    state = read_saved_json(src / STATE_FILE, (), what)
-    with reading_checkpoint(src / STATE_FILE, "trainer state (multipliers, counters)"):
-        trainer.load_state(state)
 
 
 def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | TextGRPOAgent":

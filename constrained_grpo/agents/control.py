@@ -21,7 +21,8 @@ from gymnasium import spaces
 from torch import nn
 
 from constrained_grpo.agents.losses import log_softmax_columns
-from constrained_grpo.agents.trainer import RolloutBatch, check_finite_observations
+from constrained_grpo.agents.trainer import RolloutBatch
+from constrained_grpo.nonfinite import check_finite_observations
 from constrained_grpo.constraints import Constraint, override_limits
 from constrained_grpo.sampling import categorical_from_uniform, gaussian_from_uniform
 from constrained_grpo.tasks import make_vec_env, task_constraints

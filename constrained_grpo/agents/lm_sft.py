@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from constrained_grpo.agents.lm_transformer import TinyCausalLM
+from constrained_grpo.registry import WARMSTART_CACHE_ENV
 
 __all__ = [
     "WARMSTART_CACHE_ENV",
@@ -164,9 +165,8 @@ def supervised_warm_start(
 
 # --- warm-start cache ---------------------------------------------------------------
 
-#: Environment variable naming the warm-start cache directory (when no
-#: :func:`warmstart_cache` context is active); unset or empty: no cache.
-WARMSTART_CACHE_ENV = "CGRPO_WARMSTART_CACHE"
+# WARMSTART_CACHE_ENV (constrained_grpo.registry) names the cache directory when no
+# warmstart_cache context is active; unset or empty: no cache.
 _CACHE_FORMAT = 1
 _cache_dir: contextvars.ContextVar[Path | None] = contextvars.ContextVar("warmstart_cache", default=None)
 

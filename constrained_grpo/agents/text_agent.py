@@ -36,12 +36,12 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from constrained_grpo.agents.agent import load_trained_state
+from constrained_grpo.agents.checkpoint import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.lm_sft import SFTResult, cached_warm_start, warmstart_cache_dir
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
 from constrained_grpo.agents.lm_transformer import TinyCausalLM, TinyLMConfig
-from constrained_grpo.agents.text_adapter import TextRolloutAdapter, is_text_env
+from constrained_grpo.agents.text_adapter import TextRolloutAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import (
@@ -53,21 +53,16 @@ from constrained_grpo.options import (
     with_options,
 )
 from constrained_grpo.registry import EvalResult
-from constrained_grpo.tasks import make_env
 
 __all__ = [
     "LMConfig",
     "TEXT_PRESETS",
     "TextGRPOAgent",
     "build_text_policy",
-    "is_text_task",
     "load_text_agent",
     "make_text_grpo_agent",
 ]
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-STATE_FILE = "state.json"
 
 
 @dataclass(frozen=True)
@@ -162,15 +157,6 @@ TEXT_PRESETS: dict[str, TextPreset] = {
     "standard": TextPreset({**_TEXT_GRPO, "num_groups": 8, "group_size": 8}),
     "paper": TextPreset({**_TEXT_GRPO, "num_groups": 16, "group_size": 16, "minibatches": 4}),
 }
-
-
-def is_text_task(env_id: str, **env_kwargs: Any) -> bool:
-    """Whether task ``env_id`` takes and gives text (so a text agent must handle it)."""
-    env = make_env(env_id, **env_kwargs)
-    try:
-        return is_text_env(env)
-    finally:
-        env.close()
 
 
 def build_text_policy(lm: LMConfig, env: Any = None, seed: int = 0, log: Callable[[dict[str, Any]], None] | None = None) -> tuple[nn.Module, SFTResult | None]:

@@ -29,6 +29,14 @@ from constrained_grpo.agents.advantages import compute_advantages, effective_wei
 from constrained_grpo.agents.config import GRPOConfig
 from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
+from constrained_grpo.nonfinite import (  # the trainer's errors, importable from here too
+    NonFiniteError,
+    NonFiniteObservationError,
+    NonFiniteRolloutError,
+    NonFiniteUpdateError,
+    check_finite_observations,
+    check_finite_parameters,
+)
 
 __all__ = [
     "GRPOTrainer",
@@ -44,51 +52,6 @@ __all__ = [
 ]
 
 LogFn = Callable[[dict[str, Any]], None]
-
-
-class NonFiniteError(FloatingPointError):
-    """A NaN or infinite value reached training: the run stops instead of going on corrupted."""
-
-
-class NonFiniteRolloutError(NonFiniteError):
-    """A reward or cost of a rollout is NaN or infinite."""
-
-
-class NonFiniteObservationError(NonFiniteRolloutError):
-    """An observation the task returned is NaN or infinite."""
-
-
-class NonFiniteUpdateError(NonFiniteError):
-    """A loss, gradient or parameter of the policy update is NaN or infinite."""
-
-
-def check_finite_observations(obs: np.ndarray, where: str) -> None:
-    """Raise :class:`NonFiniteObservationError` if ``obs`` (a batch, one row per env) holds a NaN/inf.
-
-    A NaN observation makes NaN logits, whose argmax is always action 0, and NaN gradients
-    that turn every weight NaN while reward and cost stay finite: caught here, at the source.
-    """
-    finite = np.isfinite(obs)
-    if finite.all():
-        return
-    rows = np.flatnonzero(~finite.reshape(len(obs), -1).all(axis=1))
-    raise NonFiniteObservationError(
-        f"{where}: non-finite observation from env(s) {rows[:8].tolist()} "
-        f"({int((~finite).sum())} NaN/inf value(s)); training stopped "
-        "(every earlier iteration was logged). Check the task's observation for NaN or inf."
-    )
-
-
-def check_finite_parameters(module: nn.Module, where: str) -> None:
-    """Raise :class:`NonFiniteUpdateError` naming the first parameter of ``module`` holding a NaN/inf."""
-    for name, param in module.named_parameters():
-        data = param.detach()
-        finite = np.isfinite(data.numpy()).all() if data.device.type == "cpu" else torch.isfinite(data).all()
-        if not bool(finite):
-            raise NonFiniteUpdateError(
-                f"{where}: parameter {name!r} became NaN or infinite; training stopped "
-                "(every earlier iteration was logged). Lower the learning rate or check the task's values."
-            )
 
 
 @dataclass

@@ -10,16 +10,31 @@ from __future__ import annotations
 
 from typing import Any
 
-from constrained_grpo.envs.math.problems import CHARSET
-
-__all__ = ["SPECIAL_TOKENS", "char_tokenizer", "tiny_llama"]
+__all__ = ["CHARSET_TASK", "SPECIAL_TOKENS", "char_tokenizer", "task_charset", "tiny_llama"]
 
 #: Special tokens of :func:`char_tokenizer`, ids 0, 1, 2.
 SPECIAL_TOKENS: tuple[str, ...] = ("<pad>", "<bos>", "<eos>")
 
 
-def char_tokenizer(chars: str = CHARSET) -> Any:
-    """A fast tokenizer with one token per character of ``chars`` (ids from 3 on).
+#: The task whose text space gives :func:`char_tokenizer` its characters by default (every
+#: math task shares one charset).
+CHARSET_TASK = "Math/ChainSum-v0"
+
+
+def task_charset(task: str = CHARSET_TASK) -> str:
+    """The characters of a registered text task's observation space, in its order."""
+    from constrained_grpo.tasks import make_env
+
+    env = make_env(task)
+    try:
+        return "".join(env.observation_space.character_list)
+    finally:
+        env.close()
+
+
+def char_tokenizer(chars: str | None = None) -> Any:
+    """A fast tokenizer with one token per character of ``chars`` (ids from 3 on; default: the
+    math tasks' charset, :func:`task_charset`).
 
     A character outside ``chars`` is dropped (there is no unknown token to map it to: the
     math prompts are ASCII by construction). Decoding concatenates the characters.
@@ -27,6 +42,7 @@ def char_tokenizer(chars: str = CHARSET) -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
+    chars = task_charset() if chars is None else chars
     if len(set(chars)) != len(chars) or not chars:
         raise ValueError(f"chars must be a non-empty string of distinct characters, got {len(chars)} with repeats")
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}

@@ -6,8 +6,8 @@ with ``path=`` for a JSONL file, ``Math/RG*`` for reasoning-gym, ...). Its
 
     {"prompt": str, "answer": "7" | "-7/3", "reduced": bool, "uid": str, "problem_seed": int}
 
-and its reward / cost functions score a completion exactly as ``MathEnv.step`` does
-(:func:`constrained_grpo.envs.math.scoring.score_completion`): reward = correct (0/1),
+and its reward / cost functions score a completion exactly as the task's env does
+(the env's ``score_row``, which scores as its ``step`` does): reward = correct (0/1),
 costs = ``length`` (more than ``max_tokens``), ``format`` (no final ``#### <number>``) and
 ``banned`` (a banned pattern), each an indicator whose batch mean is a violation rate to
 hold under the task's limit. The functions follow TRL's reward-function signature
@@ -18,14 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from constrained_grpo.envs.math.extract import format_answer
-from constrained_grpo.envs.math.problems import Problem
-from constrained_grpo.envs.math.scoring import score_completion
 
 __all__ = ["LENGTH_UNITS", "MathTRLTask", "RewardFunc", "completion_text", "math_task"]
 
@@ -57,7 +53,8 @@ class MathTRLTask:
 
     Attributes:
         task: the task id.
-        env: the unwrapped :class:`~constrained_grpo.envs.math.MathEnv` (its source and rules).
+        env: the unwrapped env of a text task (the math family's ``MathEnv``): its
+            ``problem_row`` and ``score_row`` give the dataset and score completions.
         length_unit: ``char`` or ``token`` (:data:`LENGTH_UNITS`).
     """
 
@@ -80,18 +77,16 @@ class MathTRLTask:
         return [float(c.limit) for c in self.env.constraints]
 
     # --- problems -----------------------------------------------------------------------
-    def problem(self, seed: int) -> Problem:
+    def problem(self, seed: int) -> Any:
+        """The problem ``reset(seed=seed)`` poses (the env's own object)."""
         return self.env.problem_for_seed(int(seed))
 
     def rows(self, seeds: Sequence[int]) -> dict[str, list[Any]]:
-        """The dataset columns (module docstring) of the problems of reset ``seeds``."""
+        """The dataset columns (module docstring) of the problems of reset ``seeds`` (``problem_row``)."""
         cols: dict[str, list[Any]] = {"prompt": [], "answer": [], "reduced": [], "uid": [], "problem_seed": []}
         for s in seeds:
-            p = self.problem(int(s))
-            cols["prompt"].append(p.prompt)
-            cols["answer"].append(format_answer(p.answer))
-            cols["reduced"].append(bool(p.reduced))
-            cols["uid"].append(p.uid)
+            for key, value in self.env.problem_row(int(s)).items():
+                cols[key].append(value)
             cols["problem_seed"].append(int(s))
         return cols
 
@@ -114,10 +109,6 @@ class MathTRLTask:
         return Dataset.from_dict(self.rows(seeds))
 
     # --- scoring ------------------------------------------------------------------------
-    def _problem_of(self, prompt: Any, answer: str, reduced: bool, uid: str) -> Problem:
-        text = prompt if isinstance(prompt, str) else completion_text(prompt)
-        return Problem(text, Fraction(answer), uid, "trl", reduced=bool(reduced))
-
     def score(
         self,
         prompts: Sequence[Any],
@@ -141,7 +132,8 @@ class MathTRLTask:
         for i in range(n):
             text = completion_text(completions[i])[: self.env.max_completion_chars]
             tokens = len(text) if self.length_unit == "char" else len(completion_ids[i])  # type: ignore[index]
-            s = score_completion(self._problem_of(prompts[i], answer[i], reduced[i], uid[i]), text, self.env.rules, tokens)
+            prompt = prompts[i] if isinstance(prompts[i], str) else completion_text(prompts[i])
+            s = self.env.score_row(prompt, answer[i], reduced[i], uid[i], text, tokens)
             rewards[i] = s.reward
             costs[i] = s.cost_vector(self.constraint_names)
         return rewards, costs
@@ -170,12 +162,12 @@ class MathTRLTask:
 def math_task(task: str = "Math/ChainSum-v0", length_unit: str = "char", **env_kwargs: Any) -> MathTRLTask:
     """The math task ``task`` for TRL; ``env_kwargs`` override its registered options
     (``limits={"length": 0.2}``, ``path="problems.jsonl"``, ``max_tokens=200``, ...)."""
-    from constrained_grpo.envs.math.env import MathEnv
-    from constrained_grpo.tasks import make_env
+    from constrained_grpo.tasks import make_env, task_info
 
     env = make_env(task, **env_kwargs)
     base = env.unwrapped
-    if not isinstance(base, MathEnv):
+    # Reached through the registry: a text task whose env scores rows as it scores steps.
+    if not (task_info(task).family.text and callable(getattr(base, "score_row", None))):
         env.close()
         raise ValueError(f"task {task!r} is not a math task; pick a Math/* id (cgrpo tasks lists them)")
     return MathTRLTask(task, base, length_unit)

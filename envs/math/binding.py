@@ -93,11 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=512)
     parser.add_argument("--preset", default="standard", help="the text agent's preset (its LM and warm start)")
     args = parser.parse_args(argv)
-    from constrained_grpo.agents.text_agent import make_text_grpo_agent
+    from constrained_grpo.registry import make_agent  # the text agent, through the registry
 
     rates = style_violation_rates(args.task)
     print(f"{args.task}: P(len > budget) by style:", "  ".join(f"{k} {v:.3f}" for k, v in rates.items()))
-    agent = make_text_grpo_agent(args.task, args.seed, algo="grpo", preset=args.preset)
+    agent = make_agent("grpo", args.task, seed=args.seed, preset=args.preset)
     index = [c.name for c in agent.constraints].index("length")
     for det in (False, True):
         res = agent.evaluate(args.episodes, deterministic=det)

@@ -25,6 +25,7 @@ Handling of bad input (documented so that a sweep never crashes on a model's out
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import gymnasium as gym
@@ -131,6 +132,19 @@ class MathEnv(gym.Env[str, str]):
     def problem(self) -> Problem | None:
         """The current problem (None before the first reset)."""
         return self._problem
+
+    # --- a dataset's rows, for trainers that keep problems in a table (the TRL path) ----
+    def problem_row(self, seed: int) -> dict[str, Any]:
+        """The problem of ``reset(seed=seed)`` as plain columns: ``prompt``, ``answer`` (exact,
+        as text), ``reduced`` (whether the answer must be in lowest terms) and ``uid``."""
+        p = self.problem_for_seed(int(seed))
+        return {"prompt": p.prompt, "answer": format_answer(p.answer), "reduced": bool(p.reduced), "uid": p.uid}
+
+    def score_row(self, prompt: str, answer: str, reduced: bool, uid: str, completion: str, num_tokens: int) -> Score:
+        """Score ``completion`` for the problem a :meth:`problem_row` describes, exactly as
+        :meth:`step` scores it (the completion cut at ``max_completion_chars``)."""
+        problem = Problem(prompt, Fraction(answer), uid, "row", reduced=bool(reduced))
+        return score_completion(problem, completion[: self.max_completion_chars], self.rules, int(num_tokens))
 
     def demonstrations(
         self, n: int, seed: int = 0, mixture: Mapping[str, float] | None = None

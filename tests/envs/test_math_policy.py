@@ -11,7 +11,8 @@ from constrained_grpo.agents.lm_sft import supervised_warm_start
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
 from constrained_grpo.agents.lm_transformer import TinyCausalLM, TinyLMConfig
 from constrained_grpo.agents.text_adapter import TextRolloutAdapter
-from constrained_grpo.agents.text_agent import LMConfig, TextGRPOAgent, is_text_task, load_text_agent, make_text_grpo_agent
+from constrained_grpo.agents.agent import is_text_task
+from constrained_grpo.agents.text_agent import LMConfig, TextGRPOAgent, load_text_agent, make_text_grpo_agent
 from constrained_grpo.agents.trainer import GRPOTrainer, RolloutAdapter
 from constrained_grpo.agents.config import make_config
 from constrained_grpo.registry import validate_log_record

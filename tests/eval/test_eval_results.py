@@ -166,12 +166,19 @@ def test_wrong_type_is_an_error(results_copy: Path):
         load_results(results_copy)
 
 
-def test_unknown_algorithm_is_an_error(results_copy: Path):
+def test_an_algorithm_is_the_name_its_run_records(results_copy: Path):
+    """The read side takes names from the runs (no registry): an unregistered name loads, a
+    malformed one is refused, and a caller may still restrict the names it accepts."""
     cfg_path = run_path(results_copy) / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["run"]["algo"] = "no-such-algo"
     cfg_path.write_text(json.dumps(cfg))
+    assert "no-such-algo" in set(load_results(results_copy).table["algo"])
     with pytest.raises(ResultsError, match=r"unknown algorithm 'no-such-algo'; registered:"):
+        load_results(results_copy, known_algos=[TOY, TOY_UNCONSTRAINED])
+    cfg["run"]["algo"] = "bad name"
+    cfg_path.write_text(json.dumps(cfg))
+    with pytest.raises(ResultsError, match=r"algorithm name 'bad name' must match"):
         load_results(results_copy)
 
 

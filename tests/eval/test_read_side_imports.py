@@ -35,3 +35,21 @@ def test_read_side_takes_task_metadata_from_the_schema_module() -> None:
 def test_probe_sees_a_trainer_import() -> None:
     # Control: the probe does detect torch where it is imported (the GRPO agent module).
     assert "torch" in _heavy_after_import("constrained_grpo.agents.agent")
+
+
+def test_loading_and_ranking_results_runs_without_the_training_stack(toy_results) -> None:
+    """Calling the read side, not only importing it: load_results, the run metrics, the
+    leaderboard and its Markdown on real run directories load no torch, SB3 or trainer."""
+    code = (
+        "import json, sys\n"
+        "from constrained_grpo.eval.loader import load_results\n"
+        "from constrained_grpo.eval.leaderboard import build_leaderboard, render_markdown\n"
+        f"res = load_results({str(toy_results)!r})\n"
+        "lb = build_leaderboard(res.table, res.tasks, reps=50)\n"
+        "assert 'rank' in render_markdown(lb)\n"
+        "print(json.dumps([m for m in ('torch', 'stable_baselines3', 'constrained_grpo.agents', "
+        "'constrained_grpo.baselines') if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
