@@ -484,7 +484,7 @@ def _duration(seconds: float) -> str:
 
 def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
-    from constrained_grpo.eval.runner import RunSpec, check_eval_size, execute_run, run_meta, task_meta
+    from constrained_grpo.eval.runner import RunSpec, check_run_eval_size, execute_run, run_meta, task_meta
     from constrained_grpo.eval.verdict import EvalSizeError
     from constrained_grpo.registry import agent_spec
 
@@ -493,9 +493,9 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
     meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
     try:
-        check_eval_size(spec, meta)
+        check_run_eval_size(spec, meta, "--eval-episodes")
     except EvalSizeError as err:
-        raise CliError(str(err).replace(f"{spec.key}: eval_episodes", "--eval-episodes")) from None
+        raise CliError(str(err)) from None
     path = spec.run_dir(args.out)
     if storage.is_complete(path):
         try:

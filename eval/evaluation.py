@@ -216,12 +216,10 @@ def evaluate_agent(
         pilot = 0
         if episodes is not None:
             n = int(episodes)
-        elif all(c.indicator for c in cons):
-            n = plan_episodes(cons, power=plan.power, cap=plan.cap)
-        else:
-            n_ind = plan_episodes([c for c in cons if c.indicator], power=plan.power, cap=plan.cap)
-            pilot = 0 if n_ind >= plan.cap else min(plan.pilot, plan.cap)
-            n = plan.cap
+        else:  # the indicators' plan; a pilot for the other costs' spread unless that is the cap already
+            n = plan_episodes([c for c in cons if c.indicator], power=plan.power, cap=plan.cap)
+            if n < plan.cap and not all(c.indicator for c in cons):
+                pilot = min(plan.pilot, plan.cap)
         results: dict[str, EvalResult] = {}
         if pilot:
             results = {p: play(p, 0, pilot) for p in EVAL_POLICIES}

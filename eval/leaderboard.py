@@ -49,6 +49,7 @@ from constrained_grpo.eval import stats, storage
 from constrained_grpo.eval.loader import check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.metrics import run_metrics
 from constrained_grpo.eval.stability import limit_scale
+from constrained_grpo.eval.verdict import TOL
 from constrained_grpo.schema import TaskMeta
 
 __all__ = [
@@ -68,8 +69,8 @@ __all__ = [
     "write_leaderboard",
 ]
 
-#: Default tolerance on the normalised violation for "feasible".
-DEFAULT_TOL = 0.1
+#: Default tolerance on the normalised violation for "feasible" (the one the evaluation is planned for).
+DEFAULT_TOL = TOL
 #: Runs whose final env steps differ by more than this factor had different budgets.
 BUDGET_RATIO = 1.25
 #: Significant digits of the floats in ``runs.csv``.

@@ -34,6 +34,7 @@ from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval
 from constrained_grpo.tasks import make_env, task_info
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.evaluation import EVAL_SEED, EvalProtocol, evaluate_agent
+from constrained_grpo.eval.verdict import check_eval_size
 from constrained_grpo.eval.storage import (
     AGENT_DIR,
     CONFIG_FILE,
@@ -55,7 +56,7 @@ __all__ = [
     "RunSpec",
     "TaskMeta",
     "environment_versions",
-    "check_eval_size",
+    "check_run_eval_size",
     "execute_run",
     "git_commit",
     "run_config",
@@ -204,13 +205,12 @@ def _custom_task_meta(task: str, env_kwargs_json: str, limits_json: str) -> Task
                     tuple(float(m) for m in opt.multipliers))
 
 
-def check_eval_size(spec: "RunSpec", meta: TaskMeta) -> None:
+def check_run_eval_size(spec: "RunSpec", meta: TaskMeta, what: str | None = None) -> None:
     """Refuse, before any work, a run whose ``eval_episodes`` cannot certify one of its indicator
-    limits (``verdict.EvalSizeError``, one line naming the minimum); a planned run passes."""
-    from constrained_grpo.eval.verdict import check_eval_size as check
-
+    limits (``verdict.EvalSizeError``, one line naming the minimum and ``what``, the setting,
+    by default the run's); a planned run passes."""
     if spec.eval_episodes is not None:
-        check(int(spec.eval_episodes), meta.constraints, f"{spec.key}: eval_episodes")
+        check_eval_size(int(spec.eval_episodes), meta.constraints, what or f"{spec.key}: eval_episodes")
 
 
 def run_meta(spec: "RunSpec", base: TaskMeta | None = None) -> TaskMeta:

@@ -52,7 +52,7 @@ from constrained_grpo.eval.runner import (
     RunOutcome,
     RunSpec,
     TaskMeta,
-    check_eval_size,
+    check_run_eval_size,
     environment_versions,
     execute_run,
     git_commit,
@@ -506,7 +506,7 @@ def run_sweep(
                 say(f"[sweep] {task}: exact optimum {metas[task].optimum_return:.4f} ({time.perf_counter() - t0:.1f} s)")
     for spec in todo:  # an evaluation too small to decide is the user's to fix, before any run starts
         try:
-            check_eval_size(spec, run_meta(spec, metas[spec.task]))
+            check_run_eval_size(spec, run_meta(spec, metas[spec.task]))
         except EvalSizeError as err:
             raise SweepConfigError(str(err)) from None
     prov = _provenance()

@@ -62,28 +62,31 @@ def route_actions(model: GridModel, route: str) -> list[int]:
     return _bfs_path(model, model.start, goals, avoid)
 
 
-def cell_of(model: GridModel, obs: np.ndarray) -> int:
-    """The agent's cell in a one-hot or coordinate observation."""
+def cells_of(model: GridModel, obs: np.ndarray) -> np.ndarray:
+    """The agent's cell in each row of ``obs`` ``(B, D)``, one-hot or coordinate observations."""
+    obs = np.asarray(obs, dtype=np.float64)
     if model.options.obs_mode == "onehot":
-        return int(np.argmax(obs[: model.pos_dim]))
-    return int(round(float(obs[0]) * (model.n_rows - 1))) * model.n_cols + int(round(float(obs[1]) * (model.n_cols - 1)))
+        return np.argmax(obs[:, : model.pos_dim], axis=1)
+    rows = np.rint(obs[:, 0] * (model.n_rows - 1)).astype(np.int64)
+    return rows * model.n_cols + np.rint(obs[:, 1] * (model.n_cols - 1)).astype(np.int64)
+
+
+def cell_of(model: GridModel, obs: np.ndarray) -> int:
+    """The agent's cell in one observation (:func:`cells_of`)."""
+    return int(cells_of(model, np.asarray(obs)[None])[0])
 
 
 class TabularPolicy:
-    """A policy given by its action probabilities ``probs(obs) -> (4,)``, callable as
-    ``act(obs, deterministic)``: the most likely action, or a draw from numpy's global
-    generator (which the harness seeds); the harness's batched evaluation reads ``probs``."""
+    """A policy given by its action probabilities for a batch of observations,
+    ``probs_batch(obs (B, D)) -> (B, 4)``, callable as ``act(obs, deterministic)``: the most
+    likely action, or a draw from numpy's global generator (which the harness seeds)."""
 
-    def __init__(self, probs: Callable[[np.ndarray], np.ndarray],
-                 probs_batch: Callable[[np.ndarray], np.ndarray] | None = None):
-        self.probs = probs
-        self._probs_batch = probs_batch
+    def __init__(self, probs_batch: Callable[[np.ndarray], np.ndarray]):
+        self.probs_batch = probs_batch
 
-    def probs_batch(self, obs: np.ndarray) -> np.ndarray:
-        """``probs`` of each row of ``obs`` ``(B, D)``: ``(B, 4)``."""
-        if self._probs_batch is not None:
-            return self._probs_batch(np.asarray(obs))
-        return np.stack([self.probs(o) for o in obs])
+    def probs(self, obs: np.ndarray) -> np.ndarray:
+        """The action probabilities of one observation, ``(4,)``."""
+        return self.probs_batch(np.asarray(obs)[None])[0]
 
     def __call__(self, obs: np.ndarray, deterministic: bool = False) -> int:
         probs = self.probs(obs)
@@ -92,30 +95,16 @@ class TabularPolicy:
         return int(np.searchsorted(np.cumsum(probs), np.random.random_sample() * probs.sum(), side="right").clip(0, 3))
 
 
-def cells_of(model: GridModel, obs: np.ndarray) -> np.ndarray:
-    """:func:`cell_of` for each row of ``obs`` ``(B, D)``."""
-    if model.options.obs_mode == "onehot":
-        return np.argmax(obs[:, : model.pos_dim], axis=1)
-    rows = np.rint(obs[:, 0] * (model.n_rows - 1)).astype(np.int64)
-    return rows * model.n_cols + np.rint(obs[:, 1] * (model.n_cols - 1)).astype(np.int64)
-
-
 def optimal_policy(model: GridModel, optimum: Any, constrained: bool = True) -> TabularPolicy:
     """The exact optimal policy of the LP (``optimum.action_probs``) as ``act(obs, deterministic)``.
 
     The observation holds the cell, the three flags and t / max_steps, which is the LP's
-    time-augmented state. ``deterministic`` takes the most likely action, which is one
-    route of a mixture and so is not optimal where the optimum mixes.
+    time-augmented state ``(t, 8 cell + flags)``; the policy looks each one up in the LP's
+    table of ``pi*(. | t, s)`` (built on first use). ``deterministic`` takes the most likely
+    action, which is one route of a mixture and so is not optimal where the optimum mixes.
     """
     p = model.pos_dim
-
-    def probs(obs: np.ndarray) -> np.ndarray:
-        obs = np.asarray(obs, dtype=np.float64)
-        flags = int(obs[p] > 0.5) | int(obs[p + 1] > 0.5) << 1 | int(obs[p + 2] > 0.5) << 2
-        t = int(round(float(obs[p + 3]) * model.max_steps))
-        return optimum.action_probs(t, 8 * cell_of(model, obs) + flags, constrained)
-
-    tables: list[np.ndarray] = []  # built on first use: a batched evaluation looks rows up
+    tables: list[np.ndarray] = []
 
     def probs_batch(obs: np.ndarray) -> np.ndarray:
         if not tables:
@@ -125,7 +114,7 @@ def optimal_policy(model: GridModel, optimum: Any, constrained: bool = True) -> 
         t = np.clip(np.rint(obs[:, p + 3] * model.max_steps).astype(np.int64), 0, len(tables[0]) - 1)
         return tables[0][t, 8 * cells_of(model, obs) + flags]
 
-    return TabularPolicy(probs, probs_batch)
+    return TabularPolicy(probs_batch)
 
 
 def route_policy(model: GridModel, route: str) -> Callable[[np.ndarray], int]:

@@ -151,8 +151,19 @@ def test_the_optimal_policys_lookup_table_equals_its_per_state_probabilities(tas
     for t in range(30):  # observations along sampled episodes: every cell, flag and time the policy meets
         seen.append(obs)
         obs, *_ = vec.step(agent.act_batch(obs, False, episode_uniforms(np.arange(64), t, 1)))
-    rows = np.concatenate(seen)
-    np.testing.assert_array_equal(policy.probs_batch(rows), np.stack([policy.probs(o) for o in rows]))
+    rows = np.concatenate(seen).astype(np.float64)
+    # Independently, state by state: the LP's pi*(. | t, 8 cell + flags) of each observation.
+    model, optimum, pos = agent.env.unwrapped.model, agent.env.unwrapped.optimum(), agent.env.unwrapped.model.pos_dim
+    want = []
+    for o in rows:
+        if model.options.obs_mode == "onehot":
+            cell = int(np.argmax(o[:pos]))
+        else:
+            cell = round(o[0] * (model.n_rows - 1)) * model.n_cols + round(o[1] * (model.n_cols - 1))
+        flags = int(o[pos] > 0.5) | int(o[pos + 1] > 0.5) << 1 | int(o[pos + 2] > 0.5) << 2
+        want.append(optimum.action_probs(round(o[pos + 3] * model.max_steps), 8 * cell + flags, True))
+    np.testing.assert_array_equal(policy.probs_batch(rows), np.stack(want))
+    np.testing.assert_array_equal(policy.probs(rows[5]), want[5])
 
 
 def test_runs_with_different_planned_counts_are_paired_on_their_common_prefix():
