@@ -28,17 +28,17 @@ test: $(STAMP)
 # GRPO aggregators, then the leaderboard ending with one plain sentence per algorithm.
 demo: $(STAMP)
 	$(VENV)/bin/cgrpo bench --preset demo --out runs/demo --no-progress
-	$(PY) -m constrained_grpo.eval.coupling demo --out runs/demo/coupling
+	$(PY) -m constrained_grpo.eval.studies.coupling demo --out runs/demo/coupling
 	$(VENV)/bin/cgrpo leaderboard runs/demo --explain
 
-# Every speed benchmark (constrained_grpo.eval.speed_*), one CSV each in results/bench;
+# Every speed benchmark (constrained_grpo.eval.bench.*), one CSV each in results/bench;
 # training.csv (training throughput of every algorithm beside plain SB3 PPO, and
 # time-to-criterion with a 10M-step cap, 3 seeds) takes about an hour of one core: run it
 # alone. `make bench BENCH_ONLY="training"` runs a subset.
 BENCH_ONLY ?=
 
 bench: $(STAMP)
-	$(PY) -m constrained_grpo.eval.speed --out results/bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
+	$(PY) -m constrained_grpo.eval.bench --out results/bench $(if $(BENCH_ONLY),--only $(BENCH_ONLY))
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

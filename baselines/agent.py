@@ -46,7 +46,7 @@ from constrained_grpo.nonfinite import (
 from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers, task_defaults
 from constrained_grpo.baselines.constrained_base import lag_model_kwargs
 from constrained_grpo.baselines.first_order import CUPConfig, FOCOPSConfig, P3OConfig, RCPOConfig
-from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian
+from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian, actor_parameters
 from constrained_grpo.baselines.omnisafe import OMNISAFE_PRESETS, OmniSafePPOLagConfig, OmniSafeTRPOLagConfig
 from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
@@ -124,6 +124,24 @@ BASELINES: dict[str, BaselineSpec] = {
         # relative violation itself, Kd one to a rising episodic cost (Stooke et al. 2020).
         {"multiplier": {"rule": "pid", "kp": 0.05, "ki": 0.01, "kd": 0.01}},
         "PID-Lagrangian on stable-baselines3 (Stooke, Achiam & Abbeel 2020)",
+    ),
+    # Last-iterate remedies on PPO-Lagrangian (constrained_grpo.multipliers, constrained_grpo.optimism).
+    "ppo-lag-ogda": BaselineSpec(
+        PPOLagConfig,
+        {"multiplier": {"optimistic": True}, "policy_optimism": 1.0},
+        "PPO-Lagrangian with optimistic steps on both players (ReLOAD, Moskovitz et al. 2023)",
+    ),
+    "ppo-lag-al": BaselineSpec(
+        PPOLagConfig,
+        # rho = pid-lag's Kp: the penalty answers the rollout's own violation as its P term does.
+        {"multiplier": {"rule": "augmented", "rho": 0.05}},
+        "PPO with the augmented Lagrangian: cost weight max(0, lambda + rho e) on the rollout's violation",
+    ),
+    "crpo": BaselineSpec(
+        PPOLagConfig,
+        {"multiplier": {"rule": "crpo"}},
+        "CRPO: a PPO step on the reward while every cost is within its limit, else on the most violated cost (Xu et al. 2021)",
+        False,
     ),
     # The other constrained baselines (baselines/trust_region.py, first_order.py, saute.py).
     "trpo-lag": BaselineSpec(TRPOLagConfig, {}, "TRPO-Lagrangian: TRPO on PPO-Lagrangian's advantage (Ray et al. 2019)", True),
@@ -495,6 +513,7 @@ class BaselineAgent:
             state["multiplier"] = lag.multiplier.state_dict()
             state["cost_window"] = [c.tolist() for c in lag.cost_window]
             state["cost_estimate"] = None if lag.cost_estimate is None else lag.cost_estimate.tolist()
+            state["optimism"] = lag.optimism.state_dict()
         atomic_write_text(path / "agent.json", json.dumps(state, indent=2))
         return path
 
@@ -525,6 +544,7 @@ class BaselineAgent:
             lag.cost_window.extend(np.asarray(c, dtype=np.float64) for c in state["cost_window"])
             estimate = state["cost_estimate"]
             lag.cost_estimate = None if estimate is None else np.asarray(estimate, dtype=np.float64)
+            lag.optimism.load_state_dict(state.get("optimism"), actor_parameters(lag.policy))
         return self
 
 
@@ -586,8 +606,8 @@ def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> Basel
 
 def _config(spec: BaselineSpec, config: Mapping[str, Any], env_id: str) -> PPOConfig:
     """The table row's preset, then the task's :func:`task_defaults` (gamma = 1 on the
-    gridworld), then ``config``; a ``multiplier`` dict (or flat ``multiplier_<field>``
-    keys) updates the row's multiplier field by field, as it does a GRPO variant's."""
+    gridworld), then ``config``; a ``multiplier`` dict updates the row's multiplier field by
+    field, as it does a GRPO variant's."""
     if "multiplier" in {f.name for f in fields(spec.config_cls)}:
         return spec.config_cls.from_dict(merge_config_layers(spec.preset, task_defaults(env_id), config))
     return spec.config_cls.from_dict({**spec.preset, **task_defaults(env_id), **config})  # no multiplier: its keys are unknown options

@@ -5,8 +5,7 @@ cost critic, the cost GAE, the advantage mix and the Lagrange multipliers. The
 multipliers' options are :class:`~constrained_grpo.multipliers.MultiplierConfig`'s,
 documented there once, and take the shape they take for the GRPO agents: a nested
 ``multiplier={"rule": "pid", "kp": 0.3}`` that updates the preset's multiplier field by
-field (:func:`merge_config_layers`). The flat spelling ``multiplier_<field>`` (e.g.
-``multiplier_lr=0.05``) is still read, as the same update.
+field (:func:`merge_config_layers`).
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
 from constrained_grpo.multipliers import MultiplierConfig
-from constrained_grpo.options import check_options, coerce_fields, option_names, with_options
+from constrained_grpo.options import check_options, coerce_fields, merge_options, option_names, with_options
 
 __all__ = [
     "BATCHED_SIZES",
@@ -67,36 +66,22 @@ def task_defaults(env_id: str) -> dict[str, Any]:
     return out
 
 
-#: Prefix of the flat aliases of MultiplierConfig's fields.
-MULTIPLIER_PREFIX = "multiplier_"
-
-
-def _nest_multiplier(layer: Mapping[str, Any]) -> dict[str, Any]:
-    """``layer`` with its flat ``multiplier_<field>`` keys moved into ``multiplier``; a flat
-    key wins over the same field of the layer's nested dict (it names one field)."""
-    data = dict(layer)
-    flat = {k[len(MULTIPLIER_PREFIX):]: data.pop(k) for k in [k for k in data if k.startswith(MULTIPLIER_PREFIX)]}
-    nested = data.pop("multiplier", None)
-    if nested is not None and not isinstance(nested, (Mapping, MultiplierConfig)):
-        raise TypeError(f"multiplier={nested!r} must be a dict of MultiplierConfig options, e.g. {{'rule': 'pid'}}")
-    options = asdict(nested) if isinstance(nested, MultiplierConfig) else dict(nested or {})
-    if options or flat:
-        data["multiplier"] = {**options, **flat}
-    return data
+def _refuse_flat_multiplier(layer: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``layer``, after refusing a flat ``multiplier_<field>`` key with the nested spelling."""
+    flat = sorted(k for k in layer if k.startswith("multiplier_"))
+    if flat:
+        k = flat[0]
+        raise ValueError(
+            f"{k}={layer[k]!r}: multiplier options are nested; write multiplier={{{k[len('multiplier_'):]!r}: {layer[k]!r}}}"
+        )
+    return layer
 
 
 def merge_config_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge option layers (a table row, then the user's options), a later layer winning,
-    with the multiplier in one shape: each layer's ``multiplier`` dict (flat
-    ``multiplier_<field>`` keys folded into it) updates the earlier ones field by field,
-    so ``multiplier={"kp": 0.3}`` over ``pid-lag`` keeps its rule and other gains."""
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        data = _nest_multiplier(layer)
-        if "multiplier" in data and "multiplier" in merged:
-            data["multiplier"] = {**merged["multiplier"], **data["multiplier"]}
-        merged.update(data)
-    return merged
+    """:func:`constrained_grpo.options.merge_options` of the layers (a table row, the task's
+    defaults, the user's options; the multiplier merged field by field), with a flat
+    ``multiplier_<field>`` key refused."""
+    return merge_options(*(_refuse_flat_multiplier(layer) for layer in layers))
 
 
 @dataclass(frozen=True)
@@ -279,9 +264,14 @@ class PPOLagConfig(PPOConfig):
     """Override the task's limits d_k: ``{name: limit}`` or one per constraint."""
     multiplier: MultiplierConfig = field(default_factory=_default_multiplier)
     """Update rule of the multipliers (see ``MultiplierConfig``): a dict updates the
-    default field by field; the flat keys ``multiplier_<field>`` are read as the same update."""
+    default field by field."""
     cost_window: int = 100
     """Episodes kept for the cost estimate when a rollout completes none."""
+    policy_optimism: float = 0.0
+    """beta of the optimistic policy step on the actor (ReLOAD, arXiv 2302.01275):
+    ``theta <- theta + beta (Delta_t - Delta_{t-1})`` after each rollout's update
+    (:mod:`constrained_grpo.optimism`); pair it with ``multiplier={"optimistic": True}``.
+    PPO-Lagrangian's update only; 0: off."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -299,16 +289,13 @@ class PPOLagConfig(PPOConfig):
             raise TypeError(f"multiplier must be a MultiplierConfig, got {type(self.multiplier).__name__}")
         if not isinstance(self.cost_window, int) or self.cost_window < 1:
             raise ValueError(f"cost_window={self.cost_window!r} must be an integer >= 1")
-
-    @classmethod
-    def valid_options(cls) -> list[str]:
-        flat = [MULTIPLIER_PREFIX + f.name for f in fields(MultiplierConfig)]
-        return sorted([*super().valid_options(), *flat])
+        if not (math.isfinite(self.policy_optimism) and self.policy_optimism >= 0):
+            raise ValueError(f"policy_optimism={self.policy_optimism!r} must be finite and >= 0 (1: optimistic gradient ascent)")
 
     @classmethod
     def _prepare(cls, data: dict[str, Any]) -> dict[str, Any]:
         # The multiplier dict is merged into the default multiplier by from_dict.
-        return _nest_multiplier(super()._prepare(data))
+        return merge_config_layers(super()._prepare(data))
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()

@@ -29,7 +29,7 @@ from torch.nn import functional as F
 from constrained_grpo.nonfinite import NonFiniteUpdateError
 from constrained_grpo.baselines.buffers import CostRolloutBufferSamples
 from constrained_grpo.baselines.config import PPOLagConfig
-from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian, clip_grad_norms_
+from constrained_grpo.baselines.ppo_lagrangian import PPOLagrangian, actor_parameters, clip_grad_norms_
 
 __all__ = [
     "ConstrainedPolicyOptimization",
@@ -49,15 +49,8 @@ def lag_model_kwargs(config: PPOLagConfig) -> dict[str, Any]:
         cost_net_arch=config.cost_net_arch,
         cost_advantage_norm=config.cost_advantage_norm,
         cost_window=config.cost_window,
+        policy_optimism=config.policy_optimism,
     )
-
-
-def actor_parameters(policy: th.nn.Module) -> list[th.nn.Parameter]:
-    """The policy's parameters minus both critics' (``mlp_extractor.value_net``,
-    ``value_net``, ``cost_value_net``): the actor MLP, ``action_net`` and ``log_std``."""
-    critic = {id(p) for name in ("value_net", "cost_value_net") for p in getattr(policy, name).parameters()}
-    critic |= {id(p) for p in policy.mlp_extractor.value_net.parameters()}
-    return [p for p in policy.parameters() if id(p) not in critic]
 
 
 def kl_per_state(p: Distribution, q: Distribution) -> th.Tensor:

@@ -47,8 +47,9 @@ from constrained_grpo.baselines.policies import CostActorCriticPolicy
 from constrained_grpo.baselines.vec_env import GymVectorVecEnv
 from constrained_grpo.constraints import Constraint, costs_from_info
 from constrained_grpo.multipliers import Multiplier
+from constrained_grpo.optimism import OptimisticStep
 
-__all__ = ["PPOLagrangian", "clip_grad_norms_", "lagrangian_advantage", "normalize_advantage"]
+__all__ = ["PPOLagrangian", "actor_parameters", "clip_grad_norms_", "lagrangian_advantage", "normalize_advantage"]
 
 
 def normalize_advantage(adv: np.ndarray, mode: str, eps: float = 1e-8) -> np.ndarray:
@@ -69,14 +70,24 @@ def normalize_advantage(adv: np.ndarray, mode: str, eps: float = 1e-8) -> np.nda
     return np.where(std > eps, centered / np.where(std > eps, std, 1.0), 0.0)
 
 
+def actor_parameters(policy: th.nn.Module) -> list[th.nn.Parameter]:
+    """The policy's parameters minus both critics' (``mlp_extractor.value_net``,
+    ``value_net``, ``cost_value_net``): the actor MLP, ``action_net`` and ``log_std``."""
+    critic = {id(p) for name in ("value_net", "cost_value_net") for p in getattr(policy, name).parameters()}
+    critic |= {id(p) for p in policy.mlp_extractor.value_net.parameters()}
+    return [p for p in policy.parameters() if id(p) not in critic]
+
+
 def lagrangian_advantage(
     adv_reward: np.ndarray,
     adv_costs: np.ndarray,
     multipliers: np.ndarray,
     reward_norm: str = "standardize",
     cost_norm: str = "standardize",
+    reward_weight: float = 1.0,
 ) -> np.ndarray:
-    """The actor's advantage ``(A_r - sum_k lambda_k A_ck) / (1 + sum_k lambda_k)``.
+    """The actor's advantage ``(w A_r - sum_k lambda_k A_ck) / (w + sum_k lambda_k)``, ``w = 1``
+    but under CRPO's switch (``w = 0`` on a step on a violated cost).
 
     ``adv_reward`` ``(B,)``, ``adv_costs`` ``(B, K)``, ``multipliers`` ``(K,)``; each
     component is first normalised over the batch (:func:`normalize_advantage`). The
@@ -90,7 +101,8 @@ def lagrangian_advantage(
             f"shapes disagree: adv_reward {a_r.shape}, adv_costs {a_c.shape} (want (B, K)), "
             f"multipliers {lam.shape}"
         )
-    return (a_r - a_c @ lam) / (1.0 + lam.sum())
+    total = reward_weight + lam.sum()
+    return (reward_weight * a_r - a_c @ lam) / (total if total > 0 else 1.0)
 
 
 @th.no_grad()
@@ -126,6 +138,8 @@ class PPOLagrangian(PPO):
         cost_net_arch: hidden sizes of the cost critic (None: the value net's).
         cost_advantage_norm: ``standardize``, ``center`` or ``none`` for each ``A_ck``.
         cost_window: episodes kept for ``Jhat`` when a rollout completes none.
+        policy_optimism: beta of the optimistic policy step on the actor's parameters
+            (:class:`~constrained_grpo.optimism.OptimisticStep`); PPO-Lagrangian's own update only.
         normalize_advantage: standardize ``A_r`` over the rollout before the mix (SB3's
             per-minibatch normalisation is switched off: it would undo the mix's scale).
         **ppo_kwargs: SB3 ``PPO`` keywords.
@@ -147,6 +161,7 @@ class PPOLagrangian(PPO):
         cost_advantage_norm: str = "center",
         cost_window: int = 100,
         normalize_advantage: bool = True,
+        policy_optimism: float = 0.0,
         policy_kwargs: dict[str, Any] | None = None,
         **ppo_kwargs: Any,
     ):
@@ -159,6 +174,12 @@ class PPOLagrangian(PPO):
             )
         if cost_advantage_norm not in COST_ADVANTAGE_NORMS:
             raise ValueError(f"cost_advantage_norm={cost_advantage_norm!r}; choose one of {list(COST_ADVANTAGE_NORMS)}")
+        if policy_optimism and type(self).train is not PPOLagrangian.train:
+            raise ValueError(
+                f"policy_optimism={policy_optimism!r}: {type(self).__name__} has its own update; the optimistic "
+                "policy step is available on PPO-Lagrangian's (ppo-lag, pid-lag and their variants)"
+            )
+        self.optimism = OptimisticStep(policy_optimism)
         self.multiplier = multiplier
         self.cost_vf_coef = cost_vf_coef
         self.cost_advantage_norm = cost_advantage_norm
@@ -191,7 +212,7 @@ class PPOLagrangian(PPO):
 
     def _excluded_save_params(self) -> list[str]:
         # The agent saves the multiplier state as JSON beside SB3's zip; nothing here needs pickling.
-        return [*super()._excluded_save_params(), "multiplier", "cost_window", "_episode_costs", "constraints"]
+        return [*super()._excluded_save_params(), "multiplier", "optimism", "cost_window", "_episode_costs", "constraints"]
 
     def _setup_learn(
         self,
@@ -360,12 +381,16 @@ class PPOLagrangian(PPO):
     def _mix_advantages(self) -> None:
         buf = self.rollout_buffer
         shape = buf.reward_advantages.shape
+        # The rule's weights on this rollout's estimate (the multipliers just updated on it;
+        # the augmented Lagrangian's max(0, lambda + rho e) or CRPO's switch).
+        reward_weight, lambdas = self.multiplier.weights(self.cost_estimate)
         mixed = lagrangian_advantage(
             buf.reward_advantages.reshape(-1),
             buf.cost_advantages.reshape(-1, self.n_costs),
-            self.multiplier.values,
+            lambdas,
             reward_norm=self.reward_advantage_norm,
             cost_norm=self.cost_advantage_norm,
+            reward_weight=reward_weight,
         )
         buf.advantages = mixed.reshape(shape).astype(np.float32)
 
@@ -380,6 +405,7 @@ class PPOLagrangian(PPO):
         entropy_losses, pg_losses, value_losses, clip_fractions = [], [], [], []
         cost_value_losses = []  # cost:
         sb3_parameters, cost_parameters = self._split_parameters()  # cost:
+        self.optimism.before(actor_parameters(self.policy))  # cost: the optimistic policy step (off by default)
         continue_training = True
         for epoch in range(self.n_epochs):
             approx_kl_divs = []
@@ -440,6 +466,7 @@ class PPOLagrangian(PPO):
             self._n_updates += 1
             if not continue_training:
                 break
+        self.optimism.after(actor_parameters(self.policy))  # cost:
 
         buf = self.rollout_buffer
         self.logger.record("train/entropy_loss", np.mean(entropy_losses))

@@ -485,7 +485,7 @@ def _duration(seconds: float) -> str:
 def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
     from constrained_grpo.eval.runner import RunSpec, check_run_eval_size, execute_run, run_meta, task_meta
-    from constrained_grpo.eval.verdict import EvalSizeError
+    from constrained_grpo.eval.scoring.verdict import EvalSizeError
     from constrained_grpo.registry import agent_spec
 
     agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
@@ -522,8 +522,8 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     if outcome.status != "done":
         print(f"run {spec.key} {outcome.status}:\n{outcome.error}", file=sys.stderr)
         return 1
-    from constrained_grpo.eval.loader import load_run
-    from constrained_grpo.eval.metrics import run_metrics
+    from constrained_grpo.eval.scoring.loader import load_run
+    from constrained_grpo.eval.scoring.metrics import run_metrics
 
     table, meta = load_run(path, known_algos=None)  # the task as config.json records it
     m = run_metrics(table, {meta.task: meta}).iloc[0]
@@ -537,7 +537,7 @@ def print_summary(m: Any, meta: Any) -> None:
     first = m["eval_first_seed"]
     # NaN first seed: an agent without act() evaluated itself (protocol owner "agent").
     where = f"from reset seeds {int(first)}+i" if first == first else "from the agent's own evaluate()"
-    from constrained_grpo.eval.leaderboard import DEFAULT_TOL as tol  # run_metrics' default too
+    from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL as tol  # run_metrics' default too
 
     verdict = {"feasible": "FEASIBLE", "violates": "INFEASIBLE", "undetermined": "TOO CLOSE TO CALL"}[m["feasibility"]]
     print(f"  final policy, {int(m['eval_episodes'])} episodes {where}, "
@@ -580,6 +580,7 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     from constrained_grpo.eval.presets import resolve
     from constrained_grpo.eval.sweep import run_sweep
+    from constrained_grpo.options import merge_options
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -588,7 +589,7 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     per_algo = _split_bench_config(config, preset.algos)
-    merged = {a: {**dict(preset.config.get(a, {})), **per_algo[a]} for a in preset.algos}
+    merged = {a: merge_options(preset.config.get(a, {}), per_algo[a]) for a in preset.algos}
     preset = replace(preset, config=merged)
     specs = preset.runs(save_agent=not args.no_save)
     checked: set[str] = set()
@@ -610,7 +611,7 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
 
 def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any]]:
-    from constrained_grpo.eval.loader import load_results, read_table_csv, validate_table
+    from constrained_grpo.eval.scoring.loader import load_results, read_table_csv, validate_table
 
     if path.is_file():
         return validate_table(read_table_csv(path), source=str(path))
@@ -623,7 +624,7 @@ def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any]]:
 
 def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     """Per algorithm of the runs under ``path``: what its runs record about its multipliers."""
-    from constrained_grpo.eval.loader import algo_properties
+    from constrained_grpo.eval.scoring.loader import algo_properties
 
     return {} if path.is_file() else algo_properties(path)
 
@@ -631,8 +632,8 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from constrained_grpo.eval.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
-    from constrained_grpo.eval.loader import ResultsError, validate_table
+    from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
+    from constrained_grpo.eval.scoring.loader import ResultsError, validate_table
 
     if args.check is not None:
         tasks, existing = None, None
@@ -673,23 +674,23 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
     if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
         from constrained_grpo.eval import storage
-        from constrained_grpo.eval.leaderboard import render_html
+        from constrained_grpo.eval.scoring.leaderboard import render_html
 
         storage.atomic_write_text(out / "leaderboard.html", render_html(lb, figures))
     if not args.quiet:
         print(render_markdown(lb))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.explain:
-        from constrained_grpo.eval.explain import explain
+        from constrained_grpo.eval.scoring.explain import explain
 
         print("\nIn words:\n" + explain(lb, tasks))
     return 0
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from constrained_grpo.eval.plots import make_plots
+    from constrained_grpo.eval.scoring.plots import make_plots
 
-    from constrained_grpo.eval.leaderboard import DEFAULT_TOL
+    from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL
 
     table, tasks = _load(args.dir, args.allow_incomplete)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
@@ -722,7 +723,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import gymnasium as gym
 
     from constrained_grpo.constraints import ConstraintError, CostContractError
-    from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.scoring.loader import ResultsError
     from constrained_grpo.eval.replay import RenderError
     from constrained_grpo.eval.sweep import SweepConfigError
 

@@ -5,13 +5,22 @@ The Lagrangian of ``max_pi J_r(pi) s.t. J_k(pi) <= d_k`` is
     L(pi, lambda) = J_r(pi) - sum_k lambda_k (J_k(pi) - d_k),   lambda_k >= 0,
 
 and every rule below is a step of (approximate) dual ascent on ``lambda`` driven by
-the batch estimate ``Jhat_k`` of the episodic cost. The GRPO agent and the
-PPO-Lagrangian baselines share these classes: one implementation of each rule.
+the batch estimate ``Jhat_k`` of the episodic cost, except CRPO's switch, which has no
+dual variable. The GRPO agent and the PPO-Lagrangian baselines share these classes: one
+implementation of each rule.
 
 All classes hold the K multipliers as a float64 array ``values`` and expose
-``update(mean_costs) -> values``, ``state_dict()`` and ``load_state_dict()``.
+``update(mean_costs) -> values``, ``weights(mean_costs)`` (the reward weight and the
+multipliers the policy step on a batch with that cost estimate uses: ``(1, values)`` but
+for the augmented Lagrangian and CRPO), ``state_dict()`` and ``load_state_dict()``.
 ``warmup`` updates are skipped at the start (the multipliers keep ``init``), and every
 rule projects onto ``[0, lambda_max]``.
+
+Plain primal-dual updates converge on average, not in the last iterate (the policy and the
+multiplier cycle around the saddle; ReLOAD, arXiv 2302.01275). The rules that settle are
+``dual_ascent`` and ``regularized`` with ``optimistic=True`` (optimistic gradient ascent on
+the multiplier, to be paired with the optimistic policy step of the agent), ``regularized``
+(RPG-PD's ``- tau lambda``), ``augmented`` (the augmented Lagrangian) and ``crpo``.
 """
 
 from __future__ import annotations
@@ -29,11 +38,14 @@ from constrained_grpo.options import with_options
 __all__ = [
     "MULTIPLIER_RULES",
     "AdamMultiplier",
+    "AugmentedLagrangianMultiplier",
+    "CRPOSwitch",
     "DualAscentMultiplier",
     "LogSGDMultiplier",
     "Multiplier",
     "MultiplierConfig",
     "PIDMultiplier",
+    "RegularizedMultiplier",
     "make_multiplier",
 ]
 
@@ -49,9 +61,11 @@ class MultiplierConfig:
     rule: str = "dual_ascent"
     """One of ``dual_ascent`` (projected dual ascent; MASA, FSRL), ``log_sgd`` (SGD on
     log lambda; safe-rlhf), ``adam`` (Adam on lambda; OmniSafe, SafePO), ``pid`` (PID
-    Lagrangian; Stooke, Achiam & Abbeel 2020)."""
+    Lagrangian; Stooke, Achiam & Abbeel 2020), ``regularized`` (RPG-PD, Ding et al. 2023),
+    ``augmented`` (the augmented Lagrangian) or ``crpo`` (CRPO's switch, Xu, Liang & Lan 2021)."""
     lr: float = 0.05
-    """Step size eta of ``dual_ascent``, ``log_sgd`` and ``adam``."""
+    """Step size eta of ``dual_ascent``, ``log_sgd``, ``adam``, ``regularized`` and
+    ``augmented``."""
     init: float = 0.0
     """Initial value of every multiplier (``log_sgd`` needs ``init > 0``)."""
     lambda_max: float = 100.0
@@ -89,12 +103,28 @@ class MultiplierConfig:
     integral_max: float = 100.0
     """Clamp of the integral term; ``lambda_max`` bounds it too, whichever is lower."""
 
+    # --- last-iterate rules ---------------------------------------------------
+    optimistic: bool = False
+    """Optimistic step (``dual_ascent``, ``regularized``): ``lambda <- [lambda + eta (2 g_t
+    - g_{t-1})]_+`` with ``g_t`` the rule's own step direction (ReLOAD; OPG-PD). One
+    optimistic player is not enough: pair it with the agent's optimistic policy step."""
+    reg_tau: float = 0.01
+    """Dual regularisation tau of ``regularized``: ``g_t = e_t - tau lambda_t``. The fixed
+    point sits where the violation equals ``tau lambda``, a bias of ``tau lambda*``
+    (relative to ``d`` under ``normalize``)."""
+    rho: float = 1.0
+    """Penalty rho of ``augmented``: the policy step weighs cost ``k`` by
+    ``max(0, lambda_k + rho e_k)``, the derivative of ``(rho/2) max(0, e_k + lambda_k/rho)^2``."""
+    crpo_tol: float = 0.0
+    """CRPO's tolerance eta: a constraint counts as violated when ``e_k > crpo_tol``
+    (relative to ``d_k`` under ``normalize``)."""
+
     def __post_init__(self) -> None:
         if self.rule not in MULTIPLIER_RULES:
             raise ValueError(
                 f"unknown multiplier rule {self.rule!r}; choose one of {sorted(MULTIPLIER_RULES)}"
             )
-        for name in ("lr", "lambda_max", "kp", "ki", "kd", "integral_max", "adam_eps"):
+        for name in ("lr", "lambda_max", "kp", "ki", "kd", "integral_max", "adam_eps", "reg_tau", "rho", "crpo_tol"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"multiplier option {name}={value!r} must be finite and >= 0")
@@ -110,6 +140,11 @@ class MultiplierConfig:
             value = getattr(self, name)
             if not 0 <= value < 1:
                 raise ValueError(f"multiplier option {name}={value!r} must lie in [0, 1)")
+        if self.optimistic and self.rule not in ("dual_ascent", "regularized"):
+            raise ValueError(
+                f"multiplier optimistic=True applies to rule 'dual_ascent' or 'regularized', not {self.rule!r}; "
+                "set optimistic=False with that rule"
+            )
         if self.warmup < 0 or self.d_delay < 1:
             raise ValueError(
                 f"multiplier warmup={self.warmup} must be >= 0 and d_delay={self.d_delay} >= 1"
@@ -167,6 +202,20 @@ class Multiplier:
     def _step(self, mean_costs: np.ndarray) -> None:
         raise NotImplementedError
 
+    def weights(self, mean_costs: np.ndarray | list[float] | None = None) -> tuple[float, np.ndarray]:
+        """``(w_R, lambda)``: the reward weight and the multipliers the policy step on a batch
+        with cost estimate ``mean_costs`` uses. Here ``(1, values)``: the Lagrangian
+        ``R - sum_k lambda_k C_k`` with the current multipliers."""
+        return 1.0, self.values.copy()
+
+    def _estimate(self, mean_costs: np.ndarray | list[float] | None) -> np.ndarray | None:
+        if mean_costs is None:
+            return None
+        j = np.asarray(mean_costs, dtype=np.float64).reshape(-1)
+        if j.shape != self.limits.shape or not np.all(np.isfinite(j)):
+            raise ValueError(f"cost estimate {j.tolist()} for {self.limits.size} multiplier(s)")
+        return j
+
     # --- persistence (plain lists: JSON-safe) ---------------------------------
     def state_dict(self) -> dict[str, Any]:
         """A snapshot: copies, never views of the live state, so later updates leave it as is."""
@@ -196,8 +245,102 @@ class DualAscentMultiplier(Multiplier):
 
     rule = "dual_ascent"
 
+    def __init__(self, limits: np.ndarray | list[float], config: MultiplierConfig | None = None):
+        super().__init__(limits, config)
+        # g_{t-1} of the optimistic step; None before the first step (which is then plain).
+        self.last_direction: np.ndarray | None = None
+
+    def direction(self, mean_costs: np.ndarray) -> np.ndarray:
+        """The step direction ``g_t``: the violation ``e_t``."""
+        return self.violation(mean_costs)
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        g = self.direction(mean_costs)
+        if self.config.optimistic and self.last_direction is not None:
+            self.values += self.config.lr * (2.0 * g - self.last_direction)
+        else:
+            self.values += self.config.lr * g
+        self.last_direction = g
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.last_direction is not None:
+            self.last_direction = np.asarray(self.last_direction, dtype=np.float64)
+
+
+class RegularizedMultiplier(DualAscentMultiplier):
+    """Regularised dual ascent (RPG-PD, Ding, Wei, Zhang & Ribeiro 2023, arXiv 2306.11700):
+
+        lambda_k <- clip(lambda_k + eta (e_k - tau lambda_k), 0, lambda_max),
+
+    the ascent step on ``L - (tau/2) |lambda|^2``, whose strong concavity in lambda
+    damps the cycle of plain dual ascent (last-iterate convergence to the regularised
+    saddle point, where ``e_k = tau lambda_k``). With ``optimistic`` the step is
+    ``eta (2 g_t - g_{t-1})``, ``g_t = e_t - tau lambda_t`` (OPG-PD).
+    """
+
+    rule = "regularized"
+
+    def direction(self, mean_costs: np.ndarray) -> np.ndarray:
+        """``g_t = e_t - tau lambda_t``."""
+        return self.violation(mean_costs) - self.config.reg_tau * self.values
+
+
+class AugmentedLagrangianMultiplier(Multiplier):
+    """The augmented Lagrangian (Hestenes 1969, Powell 1969; for CMDPs e.g. arXiv 2605.11694).
+
+    The penalty of constraint ``k`` is ``psi(e, lambda) = (rho/2) max(0, e + lambda/rho)^2
+    - lambda^2 / (2 rho)``, whose derivative in ``e`` is ``max(0, lambda + rho e)``: the
+    policy step on a batch with violation ``e_t`` weighs cost ``k`` by
+
+        lambda~_k = clip(lambda_k + rho e_k,t, 0, lambda_max)          (:meth:`weights`),
+
+    a multiplier that already answers this batch's violation, and the multiplier steps
+    ``lambda_k <- clip(lambda_k + eta e_k, 0, lambda_max)``. The classic method takes one
+    dual step of ``rho`` per solved subproblem; one step of ``eta`` per policy iteration is
+    that step spread over ``rho / eta`` iterations.
+    """
+
+    rule = "augmented"
+
+    def weights(self, mean_costs: np.ndarray | list[float] | None = None) -> tuple[float, np.ndarray]:
+        """``(1, clip(lambda + rho e(mean_costs), 0, lambda_max))``; ``(1, lambda)`` without an estimate."""
+        j = self._estimate(mean_costs)
+        if j is None:
+            return 1.0, self.values.copy()
+        return 1.0, np.clip(self.values + self.config.rho * self.violation(j), 0.0, self.config.lambda_max)
+
     def _step(self, mean_costs: np.ndarray) -> None:
         self.values += self.config.lr * self.violation(mean_costs)
+
+
+class CRPOSwitch(Multiplier):
+    """CRPO (Xu, Liang & Lan, ICML 2021, arXiv 2011.05869): no multiplier, a switch.
+
+    On a batch with violations ``e_k`` (relative under ``normalize``): when every
+    ``e_k <= crpo_tol`` the policy steps on the reward alone, ``(w_R, lambda) = (1, 0)``;
+    otherwise on the most violated cost alone, ``(0, one_hot(argmax_k e_k))`` (the paper
+    allows any violated one; the largest relative violation is the deterministic choice).
+    ``values`` records the last switch (0, or 1 on the cost stepped on).
+    """
+
+    rule = "crpo"
+
+    def _switch(self, j: np.ndarray) -> tuple[float, np.ndarray]:
+        e = self.violation(j)
+        lam = np.zeros_like(self.values)
+        if np.all(e <= self.config.crpo_tol):
+            return 1.0, lam
+        lam[int(np.argmax(e))] = 1.0
+        return 0.0, lam
+
+    def weights(self, mean_costs: np.ndarray | list[float] | None = None) -> tuple[float, np.ndarray]:
+        """The switch on ``mean_costs``; without an estimate, the reward step ``(1, 0)``."""
+        j = self._estimate(mean_costs)
+        return (1.0, np.zeros_like(self.values)) if j is None else self._switch(j)
+
+    def _step(self, mean_costs: np.ndarray) -> None:
+        self.values = self._switch(mean_costs)[1]
 
 
 class LogSGDMultiplier(Multiplier):
@@ -308,7 +451,11 @@ class PIDMultiplier(Multiplier):
 
 
 MULTIPLIER_RULES: dict[str, type[Multiplier]] = {
-    cls.rule: cls for cls in (DualAscentMultiplier, LogSGDMultiplier, AdamMultiplier, PIDMultiplier)
+    cls.rule: cls
+    for cls in (
+        DualAscentMultiplier, LogSGDMultiplier, AdamMultiplier, PIDMultiplier,
+        RegularizedMultiplier, AugmentedLagrangianMultiplier, CRPOSwitch,
+    )
 }
 
 

@@ -10,7 +10,10 @@ takes its options by name. Three functions serve them all:
   ``tuple[...]`` field becomes a tuple, a mapping is copied into a dict, a nested config
   given as a dict becomes that config), called from ``__post_init__``;
 * :func:`with_options`: a copy with overrides applied, where a nested config given as a
-  dict is merged key by key into the current one.
+  dict is merged key by key into the current one;
+
+and :func:`merge_options` stacks option layers (an algorithm's row, its task family's,
+the user's) the same way for every algorithm before any config is built.
 
 Both check every value against its field's annotation (:func:`check_types`): a string
 for a number, ``true`` for a learning rate or a NaN is an :class:`OptionError` that
@@ -32,9 +35,37 @@ from pathlib import Path
 from dataclasses import MISSING, Field, dataclass, fields, is_dataclass, replace
 from typing import Any, TypeVar
 
-__all__ = ["CheckpointError", "OptionError", "check_options", "read_saved_json", "reading_checkpoint", "check_types", "coerce_fields", "option_names", "with_options"]
+__all__ = ["CheckpointError", "OptionError", "check_options", "read_saved_json", "reading_checkpoint", "check_types", "coerce_fields", "merge_options", "option_names", "with_options"]
 
 ConfigT = TypeVar("ConfigT")
+
+
+#: The nested config that option layers merge field by field (``MultiplierConfig``'s options).
+NESTED_KEY = "multiplier"
+
+
+def merge_options(*layers: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge option layers left to right, a later layer winning key by key, except that the
+    ``multiplier`` options (a dict, or a ``MultiplierConfig``) merge field by field, so
+    ``{"multiplier": {"kp": 0.3}}`` over a PID row keeps its rule and other gains. The one
+    merge every algorithm's configuration goes through (registry defaults, variant rows,
+    task-family rows, presets, the user's options).
+
+    >>> merge_options({"lr": 1e-3, "multiplier": {"rule": "pid"}}, {"multiplier": {"kp": 0.5}})
+    {'lr': 0.001, 'multiplier': {'rule': 'pid', 'kp': 0.5}}
+    """
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if key != NESTED_KEY:
+                merged[key] = value
+                continue
+            if is_dataclass(value) and not isinstance(value, type):
+                value = {f.name: getattr(value, f.name) for f in fields(value)}
+            if not isinstance(value, Mapping):
+                raise TypeError(f"multiplier={value!r} must be a dict of MultiplierConfig options, e.g. {{'rule': 'pid'}}")
+            merged[key] = {**merged.get(key, {}), **value}
+    return merged
 
 
 class OptionError(ValueError, TypeError):

@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from constrained_grpo.options import did_you_mean, merge_options
 from constrained_grpo.schema import LOG_REQUIRED_KEYS, flatten_record
 
 __all__ = [
@@ -189,8 +190,6 @@ def agent_spec(name: str) -> AgentSpec:
         return _REGISTRY[name]
     if ":" in name:
         return AgentSpec(name, name, {}, f"custom algorithm {name}")
-    from constrained_grpo.options import did_you_mean
-
     raise KeyError(
         f"unknown algorithm {name!r}{did_you_mean([name], _REGISTRY)}; registered: {sorted(_REGISTRY)} "
         "(or pass a dotted path 'package.module:factory')"
@@ -205,7 +204,7 @@ def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
     """
     spec = agent_spec(name)
     factory = load_entry_point(spec.entry_point)
-    merged = {**spec.defaults, **config}
+    merged = merge_options(spec.defaults, config)
     return factory(env_id, seed=seed, **merged)
 
 
@@ -219,7 +218,7 @@ def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
     """
     spec = agent_spec(name)
     factory = load_entry_point(spec.entry_point)
-    merged = {**spec.defaults, **config}
+    merged = merge_options(spec.defaults, config)
     resolver = getattr(factory, "resolve_config", None)
     return dict(resolver(env_id, **merged)) if callable(resolver) else {"config": merged}
 

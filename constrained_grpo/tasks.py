@@ -7,6 +7,7 @@ statically) and give one place where an unknown id gets a helpful error.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import os
 from collections.abc import Callable, Sequence
@@ -17,8 +18,9 @@ import numpy as np
 
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult
+from constrained_grpo.schema import TaskMeta
 
-__all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "task_info", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
+__all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "task_info", "task_meta", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
 
 TASK_PACKAGE = "constrained_grpo.envs"
 #: Modules (comma-separated) imported with the task families, in this process and in every
@@ -65,6 +67,33 @@ def task_info(env_id: str) -> Any:
     lookup every part uses; raises ``gymnasium.error.UnregisteredEnv`` for an unknown id."""
     ensure_tasks_registered()
     return importlib.import_module(TASK_PACKAGE).task_info(env_id)
+
+
+@functools.lru_cache(maxsize=None)
+def task_meta(task: str, with_optimum: bool = True) -> TaskMeta:
+    """Constraints, family name (``user`` for a gymnasium-only id) and, if the env offers
+    ``optimum()``, the exact optimum of ``task``.
+
+    Solving the optimum is a linear program that takes seconds (minutes for the largest
+    grids), so a sweep calls this once per task in the driver and hands it to the runs.
+    """
+    env = make_env(task)
+    try:
+        constraints = get_constraints(env)
+        solver = getattr(env.unwrapped, "optimum", None) if with_optimum else None
+        opt = solver() if callable(solver) else None
+    finally:
+        env.close()
+    if opt is None:
+        return TaskMeta(task, task_info(task).family.name, constraints)
+    return TaskMeta(
+        task,
+        task_info(task).family.name,
+        constraints,
+        float(opt.constrained_return),
+        float(opt.unconstrained_return),
+        tuple(float(m) for m in opt.multipliers),
+    )
 
 
 def split_task_id(env_id: str) -> tuple[str | None, str]:

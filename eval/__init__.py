@@ -1,18 +1,21 @@
-"""Evaluation harness, metrics, leaderboard and plots.
+"""Evaluation: the harness and its records, and beside it three subpackages.
 
-Modules (flat, imported on demand so that ``import constrained_grpo.eval`` stays light):
+This folder holds four kinds of code, one place each (imported on demand, so that
+``import constrained_grpo.eval`` stays light):
 
-* :mod:`.runner`: :class:`~.runner.RunSpec` and ``execute_run``, one run into its directory,
-  with the harness's paired final evaluation (``evaluate_agent``);
-* :mod:`.storage`: the run directory layout and atomic writes (Contract 3);
-* :mod:`.sweep`: task x algorithm x seed grids on a local process pool or on Ray;
-* :mod:`.presets`: the ``quick``, ``standard`` and ``paper`` grids;
-* :mod:`.loader`: run directories -> the long table, and its validation;
-* :mod:`.metrics`, :mod:`.stability`, :mod:`.stats`: return, satisfaction, the
-  constraint-aware score and multiplier stability; IQM, stratified bootstrap, paired
-  differences, probability of improvement;
-* :mod:`.leaderboard`, :mod:`.plots`: Markdown/HTML rankings and PNG figures;
-* ``speed*``: the speed benchmarks of ``make bench``.
+* the **harness and its records** (this folder): :mod:`.runner` (``RunSpec``,
+  ``execute_run``: one run into its directory, with the paired final evaluation of
+  :mod:`.evaluation`), :mod:`.storage` (the run directory layout and atomic writes, Contract 3),
+  :mod:`.sweep` (task x algorithm x seed grids on a process pool or Ray), :mod:`.presets`
+  (the ``cgrpo bench`` grids), :mod:`.monitor` and :mod:`.replay`. It reaches algorithms and
+  task families only through their registries;
+* :mod:`.scoring`, **the read side**: run directories to the long table, metrics, verdicts,
+  statistics, the leaderboard and its figures. It imports no torch, SB3, trainer or task
+  family, and of the harness only the records' format (:mod:`.storage`);
+* :mod:`.studies`, **experiments with their analysis** (coupling, parity): each measures
+  named internals and may import any layer;
+* :mod:`.bench`, **the speed benchmarks** of ``make bench``, also free to import any layer.
 
+Nothing outside ``studies`` and ``bench`` imports them (tests/core/test_import_direction.py).
 The command line is ``cgrpo`` (``constrained_grpo.cli``).
 """

@@ -8,9 +8,9 @@ evaluation (thousands of episodes stepped at once) and the serial one (one env, 
 episode after another) agree episode by episode, and the runs of a task are paired.
 
 How many episodes (:func:`evaluation_size`): a run that names its count gets it, if the
-count can certify every indicator limit at all (:func:`~constrained_grpo.eval.verdict.check_eval_size`);
+count can certify every indicator limit at all (:func:`~constrained_grpo.eval.scoring.verdict.check_eval_size`);
 otherwise the task family's :class:`~constrained_grpo.envs.registration.EvalPlan` sizes it
-from the limits (:func:`~constrained_grpo.eval.verdict.plan_episodes`), after a pilot of the
+from the limits (:func:`~constrained_grpo.eval.scoring.verdict.plan_episodes`), after a pilot of the
 first episodes where a cost is not an indicator. The pilot's episodes are the first of the
 evaluation (nothing is thrown away), and the plan depends on their spread, not their mean.
 """
@@ -29,7 +29,7 @@ from constrained_grpo.registry import EvalResult
 from constrained_grpo.sampling import episode_uniforms, noise_dims
 from constrained_grpo.schema import EVAL_POLICIES
 from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
-from constrained_grpo.eval.verdict import ALPHA, TOL, check_eval_size, plan_episodes
+from constrained_grpo.eval.scoring.verdict import ALPHA, TOL, check_eval_size, plan_episodes
 
 __all__ = ["EVAL_SEED", "WAVE", "EvalProtocol", "evaluate_agent", "play_batched", "play_serial"]
 

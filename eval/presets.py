@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from constrained_grpo.eval.runner import RunSpec
+from constrained_grpo.options import merge_options
 from constrained_grpo.eval.sweep import expand_grid
 
 __all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
@@ -151,7 +152,7 @@ class Preset:
         rows += [self.scopes[k] for k in (family.name, task) if k in self.scopes]
         merged = Scope()
         for row in rows:
-            config = {a: {**merged.config.get(a, {}), **c} for a, c in row.config.items()}
+            config = {a: merge_options(merged.config.get(a, {}), c) for a, c in row.config.items()}
             merged = replace(
                 merged,
                 **{f: getattr(row, f) for f in ("algos", "text", "seeds", "steps", "eval_episodes") if getattr(row, f) is not None},
@@ -184,8 +185,8 @@ class Preset:
         for task in self.resolved_tasks():
             scope = self.scope(task)
             algos = self.task_algos(task) + self.task_references(task)
-            config = {a: {**scope.config.get(a, {}), **self.config.get(a, {})} for a in algos}
-            config.update({r: {**scope.config.get(a, {}), **self.config.get(a, {})}
+            config = {a: merge_options(scope.config.get(a, {}), self.config.get(a, {})) for a in algos}
+            config.update({r: merge_options(scope.config.get(a, {}), self.config.get(a, {}))
                            for r, a in _REFERENCE_CONFIG.items() if r in algos})
             specs += expand_grid(
                 [task], algos, scope.seeds if scope.seeds is not None else self.seeds,
@@ -305,7 +306,7 @@ PRESETS: dict[str, Preset] = {
                 "math": Scope(steps=25_600),
             },
         ),
-        # The coupling experiment (results/coupling, `python -m constrained_grpo.eval.coupling
+        # The coupling experiment (results/coupling, `python -m constrained_grpo.eval.studies.coupling
         # analyze`): the two GRPO aggregators, identical configurations otherwise, long enough
         # (about 1000 iterations of 16 x 16 episodes) for the multipliers to settle.
         Preset(
@@ -336,6 +337,19 @@ PRESETS: dict[str, Preset] = {
             seeds=tuple(range(5)),
             steps=300_000,
             references=True,
+        ),
+        # The last-iterate study (results/last_iterate, `python -m
+        # constrained_grpo.eval.studies.last_iterate analyze`): every multiplier rule on cgrpo, and
+        # ppo-lag with dual ascent and the rules, at the coupling budget; evaluation by the plan.
+        Preset(
+            "last-iterate",
+            "final policy vs average iterate for each multiplier rule: 3 gridworlds x 10 configurations x "
+            "10 seeds x 3M steps, about 2 h on 2 cores (--workers 2)",
+            tasks=("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelMud-v0"),
+            algos=("cgrpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo",
+                   "ppo-lag", "ppo-lag-ogda", "ppo-lag-al"),
+            seeds=tuple(range(10)),
+            steps=3_000_000,
         ),
     )
 }

@@ -67,8 +67,8 @@ def load_saved_agent(run_dir: str | Path) -> Any:
 def reevaluate(run_dir: str | Path, episodes: int | None = None) -> tuple[Any, Any]:
     """Evaluate the saved agent again with the harness protocol; returns the metrics row
     (``eval.metrics.run_metrics``) and the task meta. The run directory is not modified."""
-    from constrained_grpo.eval.loader import load_run
-    from constrained_grpo.eval.metrics import run_metrics
+    from constrained_grpo.eval.scoring.loader import load_run
+    from constrained_grpo.eval.scoring.metrics import run_metrics
     from constrained_grpo.eval.runner import EVAL_FILE, _write_eval, evaluate_agent
 
     path = Path(run_dir)

@@ -31,10 +31,10 @@ import numpy as np
 from constrained_grpo.constraints import get_constraints, override_limits
 from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, agent_spec, make_agent, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
-from constrained_grpo.tasks import make_env, task_info
+from constrained_grpo.tasks import make_env, task_info, task_meta
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.evaluation import EVAL_SEED, EvalProtocol, evaluate_agent
-from constrained_grpo.eval.verdict import check_eval_size
+from constrained_grpo.eval.scoring.verdict import check_eval_size
 from constrained_grpo.eval.storage import (
     AGENT_DIR,
     CONFIG_FILE,
@@ -146,37 +146,6 @@ class RunSpec:
         return shlex.join(args)
 
 
-def _suite_of(task: str) -> str:
-    """The family name of ``task`` (``TaskInfo.family``; ``user`` for a gymnasium-only id)."""
-    return task_info(task).family.name
-
-
-@functools.lru_cache(maxsize=None)
-def task_meta(task: str, with_optimum: bool = True) -> TaskMeta:
-    """Constraints, family and (if the env offers ``optimum()``) the exact optimum of ``task``.
-
-    Solving the optimum is a linear program that takes seconds (minutes for the largest
-    grids), so a sweep calls this once per task in the driver and hands it to the runs.
-    """
-    env = make_env(task)
-    try:
-        constraints = get_constraints(env)
-        solver = getattr(env.unwrapped, "optimum", None) if with_optimum else None
-        opt = solver() if callable(solver) else None
-    finally:
-        env.close()
-    if opt is None:
-        return TaskMeta(task, _suite_of(task), constraints)
-    return TaskMeta(
-        task,
-        _suite_of(task),
-        constraints,
-        float(opt.constrained_return),
-        float(opt.unconstrained_return),
-        tuple(float(m) for m in opt.multipliers),
-    )
-
-
 @functools.lru_cache(maxsize=64)
 def _custom_task_meta(task: str, env_kwargs_json: str, limits_json: str) -> TaskMeta:
     env_kwargs = json.loads(env_kwargs_json)
@@ -198,7 +167,7 @@ def _custom_task_meta(task: str, env_kwargs_json: str, limits_json: str) -> Task
         opt = solver() if callable(solver) else None
     finally:
         env.close()
-    suite = _suite_of(task)
+    suite = task_info(task).family.name
     if opt is None:
         return TaskMeta(task, suite, constraints)
     return TaskMeta(task, suite, constraints, float(opt.constrained_return), float(opt.unconstrained_return),

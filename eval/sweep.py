@@ -59,7 +59,7 @@ from constrained_grpo.eval.runner import (
     run_meta,
     task_meta,
 )
-from constrained_grpo.eval.verdict import EvalSizeError
+from constrained_grpo.eval.scoring.verdict import EvalSizeError
 
 __all__ = ["BACKENDS", "SweepConfigError", "SweepReport", "expand_grid", "run_sweep"]
 

@@ -11,7 +11,8 @@ the control agent below.
 (:mod:`constrained_grpo.agents.trainer`), and offers ``learn``, ``evaluate``, ``save``
 and ``load``. Saved runs are a directory::
 
-    model.safetensors   policy (``policy.*``), reference (``reference.*``), Adam moments (``optim.*``)
+    model.safetensors   policy (``policy.*``), reference (``reference.*``), Adam moments (``optim.*``),
+                        the optimistic step's last update (``optimism.*``, with ``policy_optimism``)
     config.json         {"algo", "env_id", "seed", "config": {...}}: enough to rebuild the agent
     state.json          iteration, env steps, wall time, multiplier state
 """
@@ -30,7 +31,8 @@ import torch
 from safetensors.torch import save_file
 
 from constrained_grpo.agents.checkpoint import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, load_trained_state
-from constrained_grpo.agents.config import GRPOConfig, make_config, merge_options
+from constrained_grpo.agents.config import GRPOConfig, make_config
+from constrained_grpo.options import merge_options
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text

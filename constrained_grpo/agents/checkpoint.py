@@ -2,7 +2,8 @@
 
 A saved agent is a directory::
 
-    model.safetensors   policy (``policy.*``), reference (``reference.*``), Adam moments (``optim.*``)
+    model.safetensors   policy (``policy.*``), reference (``reference.*``), Adam moments (``optim.*``),
+                        the optimistic step's last update (``optimism.*``, with ``policy_optimism``)
     config.json         what rebuilds the agent
     state.json          iteration, env steps, wall time, multiplier state
 """

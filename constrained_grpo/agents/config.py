@@ -18,7 +18,7 @@ from constrained_grpo.constraints import validate_limit
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import coerce_fields, option_names, with_options
 
-__all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config", "merge_options"]
+__all__ = ["ACTIVATIONS", "GRPOConfig", "PRESETS", "make_config"]
 
 ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 
@@ -102,6 +102,11 @@ class GRPOConfig:
     """Minibatches per pass; samples (whole episodes/completions) are split among them."""
     max_grad_norm: float = 0.5
     """Gradient-norm clip of the policy update (PPO)."""
+    policy_optimism: float = 0.0
+    """beta of the optimistic policy step: after the iteration's update ``Delta_t`` of the
+    parameters, ``theta <- theta + beta (Delta_t - Delta_{t-1})``; ``beta = 1`` is
+    optimistic gradient ascent (ReLOAD, arXiv 2302.01275), to pair with an optimistic
+    multiplier (``multiplier={"optimistic": True}``). 0: off."""
 
     # --- policy network -------------------------------------------------------------
     hidden_sizes: tuple[int, ...] = (64, 64)
@@ -159,7 +164,7 @@ class GRPOConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name}={value!r} must be finite and > 0")
-        for name in ("kl_coef", "entropy_coef", "adv_eps", "max_grad_norm", "reward_weight"):
+        for name in ("kl_coef", "entropy_coef", "adv_eps", "max_grad_norm", "reward_weight", "policy_optimism"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be finite and >= 0")
@@ -231,22 +236,6 @@ PRESETS: dict[str, GRPOConfig] = {
     # Larger groups and batches, slower but less noisy multiplier estimates.
     "paper": GRPOConfig(num_groups=32, group_size=16, epochs=2, minibatches=8),
 }
-
-
-def merge_options(*layers: Mapping[str, Any]) -> dict[str, Any]:
-    """Merge option dicts left to right; ``multiplier`` dicts merge key by key.
-
-    >>> merge_options({"lr": 1e-3, "multiplier": {"rule": "pid"}}, {"multiplier": {"kp": 0.5}})
-    {'lr': 0.001, 'multiplier': {'rule': 'pid', 'kp': 0.5}}
-    """
-    merged: dict[str, Any] = {}
-    for layer in layers:
-        for key, value in layer.items():
-            if key == "multiplier" and isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-                merged[key] = {**merged[key], **value}
-            else:
-                merged[key] = dict(value) if key == "multiplier" and isinstance(value, Mapping) else value
-    return merged
 
 
 def make_config(preset: str = "standard", **overrides: Any) -> GRPOConfig:

@@ -3,7 +3,7 @@
 Architecture (GPT-2 style, pre-LayerNorm): token and learned position embeddings,
 ``n_layers`` blocks of multi-head self-attention and a ReLU (or GELU) MLP, a final LayerNorm and
 an output layer tied to the token embedding. Two layers of width 128 sample about
-13 k tokens/s at batch 64 on one core of a laptop-class CPU (``eval/speed_math.py``).
+13 k tokens/s at batch 64 on one core of a laptop-class CPU (``eval/bench/math.py``).
 
 Padding: prompts are left-padded (:mod:`constrained_grpo.agents.lm_base`). Positions
 count real tokens only (``cumsum(mask) - 1``), and padded keys are masked, so a prompt's

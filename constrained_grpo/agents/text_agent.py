@@ -47,6 +47,7 @@ from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import (
     CheckpointError,
     coerce_fields,
+    merge_options,
     option_names,
     read_saved_json,
     reading_checkpoint,
@@ -306,12 +307,7 @@ def text_config(preset: str = "standard", lm: Mapping[str, Any] | LMConfig | Non
     if preset not in TEXT_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(TEXT_PRESETS)}")
     text = TEXT_PRESETS[preset]
-    overrides = dict(text.grpo)
-    for key, value in options.items():
-        if key == "multiplier" and isinstance(value, Mapping) and isinstance(overrides.get("multiplier"), Mapping):
-            overrides["multiplier"] = {**overrides["multiplier"], **value}  # merge, as make_grpo_agent does
-        else:
-            overrides[key] = value
+    overrides = merge_options(text.grpo, options)
     return make_config(preset, **overrides), (lm if isinstance(lm, LMConfig) else text.lm.updated(dict(lm or {})))
 
 
@@ -323,12 +319,7 @@ def _text_options(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     algo = config.pop("algo", "cgrpo")
     if algo not in VARIANTS:
         raise ValueError(f"unknown GRPO variant {algo!r}; choose one of {sorted(VARIANTS)}")
-    options = {k: v for k, v in VARIANTS[algo].options.items()}
-    variant_mult = dict(options.pop("multiplier", {}))
-    user_mult = config.pop("multiplier", None)
-    if variant_mult or user_mult:
-        config["multiplier"] = {**variant_mult, **dict(user_mult or {})}
-    return algo, {**options, **config}
+    return algo, merge_options(VARIANTS[algo].options, config)
 
 
 def resolve_text_config(env_id: str, **config: Any) -> dict[str, Any]:

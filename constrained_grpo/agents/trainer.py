@@ -18,7 +18,7 @@ import copy
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -29,6 +29,7 @@ from constrained_grpo.agents.advantages import compute_advantages, effective_wei
 from constrained_grpo.agents.config import GRPOConfig
 from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
+from constrained_grpo.optimism import OptimisticStep
 from constrained_grpo.nonfinite import (  # the trainer's errors, importable from here too
     NonFiniteError,
     NonFiniteObservationError,
@@ -150,6 +151,7 @@ class GRPOTrainer:
             make_multiplier(adapter.limits, config.multiplier) if config.constrained else None
         )
         self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 else None
+        self.optimism = OptimisticStep(config.policy_optimism)
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0  # training time accumulated over every learn() call
@@ -182,16 +184,26 @@ class GRPOTrainer:
         x = batch.components
         check_finite_components(x, self.iteration, self.names)
 
-        lambdas_used = self.lambdas
-        adv = compute_advantages(x, lambdas_used, cfg.advantage_spec)  # [P, G]
-        eff_w = effective_weights(x, lambdas_used, cfg.advantage_spec)  # [1+K]
+        mean_costs = x[..., 1:].reshape(-1, len(self.names)).mean(axis=0)
+        spec = cfg.advantage_spec
+        if self.multiplier is None:
+            lambdas_used = self.lambdas
+        else:
+            # The rule's weights on this batch: (1, lambda) for the Lagrangian rules, the
+            # augmented Lagrangian's max(0, lambda + rho e) or CRPO's switch.
+            reward_weight, lambdas_used = self.multiplier.weights(mean_costs)
+            if reward_weight != 1.0:
+                spec = replace(spec, reward_weight=spec.reward_weight * reward_weight)
+        adv = compute_advantages(x, lambdas_used, spec)  # [P, G]
+        eff_w = effective_weights(x, lambdas_used, spec)  # [1+K]
         t_adv = time.perf_counter()
 
+        self.optimism.before(list(self.policy.parameters()))
         losses = self._update(batch, torch.as_tensor(adv.reshape(-1), dtype=torch.float32))
+        self.optimism.after(list(self.policy.parameters()))
         check_finite_parameters(self.policy, f"iteration {self.iteration}")
         t_update = time.perf_counter()
 
-        mean_costs = x[..., 1:].reshape(-1, len(self.names)).mean(axis=0)
         if self.multiplier is not None:
             self.multiplier.update(mean_costs)
         if self.reference is not None and cfg.ref_update_every and self.iteration % cfg.ref_update_every == 0:
@@ -408,18 +420,21 @@ class GRPOTrainer:
 
     # --- persistence ------------------------------------------------------------------
     def optimizer_tensors(self) -> dict[str, torch.Tensor]:
-        """Adam's moment tensors, flat-keyed for safetensors (``optim.<param>.<name>``)."""
+        """Adam's moment tensors, flat-keyed for safetensors (``optim.<param>.<name>``), and
+        the optimistic policy step's last update (``optimism.<param>``)."""
         tensors: dict[str, torch.Tensor] = {}
         for idx, state in self.optimizer.state_dict()["state"].items():
             for key, value in state.items():
                 if torch.is_tensor(value):
                     tensors[f"optim.{idx}.{key}"] = value.detach().clone().reshape(value.shape or (1,))
+        tensors.update(self.optimism.tensors())
         return tensors
 
     def load_optimizer_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
         """Inverse of :meth:`optimizer_tensors` (missing state: Adam starts fresh)."""
         state_dict = self.optimizer.state_dict()
         state: dict[int, dict[str, torch.Tensor]] = {}
+        self.optimism.load_tensors(tensors)
         for name, value in tensors.items():
             if not name.startswith("optim."):
                 continue

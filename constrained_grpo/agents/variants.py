@@ -83,6 +83,33 @@ _TABLE: tuple[Variant, ...] = (
         "ScAdv with the full PID Lagrangian (Stooke et al. 2020): a derivative term kd=1 on a rising cost",
         {"multiplier": {"rule": "pid", "kd": 1.0}},
     ),
+    # Last-iterate rules (constrained_grpo.multipliers; docs/papers.md): the PI multiplier of
+    # ``cgrpo`` is replaced by each rule at the library's defaults.
+    Variant(
+        "cgrpo-ogda",
+        "ScAdv with optimistic gradient steps on policy and multiplier (ReLOAD, arXiv 2302.01275)",
+        {"multiplier": {"rule": "dual_ascent", "optimistic": True}, "policy_optimism": 1.0},
+    ),
+    Variant(
+        "cgrpo-reg",
+        "ScAdv with regularised dual ascent lambda <- [lambda + eta (e - tau lambda)]+ and the entropy bonus (RPG-PD, arXiv 2306.11700)",
+        {"multiplier": {"rule": "regularized"}},
+    ),
+    Variant(
+        "cgrpo-opg",
+        "ScAdv with optimistic regularised primal-dual steps (OPG-PD, arXiv 2306.11700)",
+        {"multiplier": {"rule": "regularized", "optimistic": True}, "policy_optimism": 1.0},
+    ),
+    Variant(
+        "cgrpo-al",
+        "ScAdv with the augmented Lagrangian: cost weight max(0, lambda + rho e) on the batch's violation",
+        {"multiplier": {"rule": "augmented"}},
+    ),
+    Variant(
+        "cgrpo-crpo",
+        "GRPO with CRPO's switch: the reward's z-score while every cost is within its limit, else the most violated cost's (arXiv 2011.05869)",
+        {"multiplier": {"rule": "crpo"}},
+    ),
 )
 
 #: Variants by registry name.

@@ -127,6 +127,11 @@ class ConstrainedGRPOTrainer(GRPOTrainer):
             )
         self.spec = advantage_spec(advantage)
         mconf = multiplier if isinstance(multiplier, MultiplierConfig) else MultiplierConfig.from_dict(dict(multiplier or {}))
+        if mconf.rule in ("augmented", "crpo"):
+            raise ValueError(
+                f"multiplier rule {mconf.rule!r} weighs the batch by its own costs, which TRL's reward "
+                "functions do not see; use dual_ascent (optimistic=True for the last iterate), regularized, adam or pid"
+            )
         self.multiplier: Multiplier = make_multiplier(lim, mconf)
         self.constraint_names = names
         self.num_reward_funcs = len(rewards)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import constrained_grpo
-from constrained_grpo.eval.metrics import first_time_criterion_met, optimum_return, tail_summary
+from constrained_grpo.eval.scoring.metrics import first_time_criterion_met, optimum_return, tail_summary
 
 TINY = "Grid/HazardFuel3x3-v0"  # optimum 1.2; hazard limit 0.2, fuel 4.4
 
@@ -84,7 +84,7 @@ def test_optimum_return_of_an_agent() -> None:
 
 
 def test_speed_benchmark_smoke(tmp_path: Path) -> None:
-    from constrained_grpo.eval import speed_grpo
+    from constrained_grpo.eval.bench import grpo as speed_grpo
 
     rows = speed_grpo.bench_algo("cgrpo", env_id=TINY, budget=500)
     kinds = {r["kind"]: r for r in rows}
@@ -96,7 +96,7 @@ def test_speed_benchmark_smoke(tmp_path: Path) -> None:
 
 def test_training_benchmark_children() -> None:
     """``make bench``'s training.csv: one throughput measurement and one criterion run, in process."""
-    from constrained_grpo.eval import speed_training
+    from constrained_grpo.eval.bench import training as speed_training
 
     small = {"n_envs": 4, "n_steps": 8, "batch_size": 32}
     row = speed_training.child_throughput("ppo-lag", TINY, 40, False, 0, small)

@@ -175,7 +175,7 @@ def test_text_agents_train_identically_from_a_cached_warm_start(tmp_path: Path, 
 
 
 def test_harness_runs_of_a_task_and_seed_share_one_warm_start(tmp_path: Path, monkeypatch):
-    from constrained_grpo.eval.loader import load_results
+    from constrained_grpo.eval.scoring.loader import load_results
     from constrained_grpo.eval.runner import WARMSTART_DIR, RunSpec, execute_run, task_meta
 
     import constrained_grpo.agents.lm_sft as lm_sft

@@ -53,8 +53,8 @@ def test_config_options() -> None:
         make_agent("ppo-lag", TASK, n_step=64)
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['multiplier_lr'\]"):
         make_agent("ppo", TASK, multiplier_lr=0.1)  # no multipliers in plain PPO
-    # A flat multiplier option composes with the variant's preset instead of replacing it.
-    pid = make_agent("pid-lag", TASK, multiplier_kp=0.3, **TINY)
+    # A multiplier option composes with the variant's preset instead of replacing it.
+    pid = make_agent("pid-lag", TASK, multiplier={"kp": 0.3}, **TINY)
     assert pid.config.multiplier.rule == "pid" and pid.config.multiplier.kp == 0.3
     config = PPOLagConfig.from_dict({"multiplier": {"lr": 0.2}, "net_arch": [32], "limits": [0.3, 5]})
     assert config.multiplier.lr == 0.2 and config.multiplier.rule == PPOLagConfig().multiplier.rule

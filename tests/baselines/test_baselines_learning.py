@@ -18,8 +18,8 @@ TASK = "Grid/HazardFuel3x3-v0"
 FUEL_LIMIT = 4.4
 PPO_SETTINGS = {"n_envs": 4, "n_steps": 128, "batch_size": 256, "n_epochs": 5, "learning_rate": 1e-3,
                 "ent_coef": 0.02, "normalize_advantage": False}
-LAG_SETTINGS = {"cost_advantage_norm": "center", "multiplier_rule": "dual_ascent", "multiplier_lr": 0.1,
-                "multiplier_normalize": True, "multiplier_init": 0.0}
+LAG_SETTINGS = {"cost_advantage_norm": "center", "multiplier": {"rule": "dual_ascent", "lr": 0.1,
+                "normalize": True, "init": 0.0}}
 STEPS = 28_672  # 56 iterations of 512 env steps
 
 

@@ -1,5 +1,5 @@
 """One configuration shape for the multiplier: ``multiplier={...}`` means the same for the
-GRPO agents and the baselines; the flat ``multiplier_<field>`` keys still read as the same."""
+GRPO agents and the baselines; a flat ``multiplier_<field>`` key is refused with that spelling."""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ def test_nested_multiplier_sets_the_rule_for_every_algorithm_with_one() -> None:
                        resolve_config(n, TASK)["config"]]
     assert {"cgrpo", "cgrpo-pid", "grpo-screw", "ppo-lag", "pid-lag"} <= set(with_multiplier)
     for name in with_multiplier:
-        got = _multiplier(name, multiplier={"rule": "log_sgd", "init": 0.5, "lr": 0.02})
+        if _multiplier(name).get("optimistic"):  # the optimistic rows: another rule is refused with the fix
+            with pytest.raises(ValueError, match="set optimistic=False with that rule"):
+                _multiplier(name, multiplier={"rule": "log_sgd", "init": 0.5, "lr": 0.02})
+            got = _multiplier(name, multiplier={"rule": "log_sgd", "init": 0.5, "lr": 0.02, "optimistic": False})
+        else:
+            got = _multiplier(name, multiplier={"rule": "log_sgd", "init": 0.5, "lr": 0.02})
         assert (got["rule"], got["init"], got["lr"]) == ("log_sgd", 0.5, 0.02), name
 
 
@@ -33,11 +38,12 @@ def test_partial_multiplier_updates_the_table_row_field_by_field() -> None:
     assert (got["rule"], got["lr"], got["normalize"]) == ("pid", 0.01, True)
 
 
-def test_flat_keys_read_as_the_nested_form() -> None:
-    flat = resolve_config("ppo-lag", TASK, multiplier_rule="pid", multiplier_kp=0.3)
-    nested = resolve_config("ppo-lag", TASK, multiplier={"rule": "pid", "kp": 0.3})
-    assert flat == nested and nested["config"]["multiplier"]["kp"] == 0.3
-    assert _multiplier("pid-lag", multiplier_kd=0.2)["kd"] == 0.2
+def test_a_flat_key_is_refused_with_the_nested_spelling() -> None:
+    for name in ("ppo-lag", "pid-lag"):
+        with pytest.raises(ValueError, match=r"multiplier_kp=0.3: .* write multiplier=\{'kp': 0.3\}"):
+            resolve_config(name, TASK, multiplier_kp=0.3)
+    with pytest.raises(ValueError, match=r"\['multiplier_kp'\].*multiplier options go in multiplier="):
+        resolve_config("cgrpo", TASK, multiplier_kp=0.3)
 
 
 def test_bad_multiplier_options_fail_before_any_work() -> None:

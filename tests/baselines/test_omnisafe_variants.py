@@ -184,7 +184,7 @@ def test_parity_window_and_interval() -> None:
     """Our side's last-50-episode window from per-iteration means: 30 episodes of return 1,
     then 30 of return 2 (cost 0, then 10; length 10, then 20): (30 * 2 + 20 * 1) / 50 = 1.6,
     cost 300 / 50 = 6, length (30 * 20 + 20 * 10) / 50 = 16."""
-    from constrained_grpo.eval.parity import _windowed, our_task, t_interval
+    from constrained_grpo.eval.studies.parity import _windowed, our_task, t_interval
 
     rows = _windowed([
         {"env_steps": 100, "ep_return": 1.0, "ep_cost": 0.0, "ep_length": 10.0, "n_episodes": 30},

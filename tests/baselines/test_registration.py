@@ -28,6 +28,9 @@ EXPECTED_CAPABILITIES: dict[str, tuple[bool, bool]] = {
     "ppo": (False, False),
     "ppo-lag": (True, True),
     "pid-lag": (True, True),
+    "ppo-lag-ogda": (True, True),
+    "ppo-lag-al": (True, True),
+    "crpo": (True, False),  # a 0/1 switch, no multiplier
     "trpo-lag": (True, True),
     "cpo": (True, False),
     "pcpo": (True, False),

@@ -1,12 +1,14 @@
 """The dependency direction of docs/architecture.md, checked on every import statement (any
 nesting level, so a lazy import counts too):
 
-    core <- envs, agents (GRPO, TRL), baselines <- eval <- cli
+    core <- envs, agents (GRPO, TRL), baselines <- eval (scoring <- harness) <- cli
 
 agents never import a task family, task families never import an agent, the baselines
-import no GRPO module, and the harness and the read side reach algorithms and task
-families through the registries (``constrained_grpo.envs`` itself is the task registry).
-The studies and speed benchmarks of eval/ measure named internals and may import them.
+import no GRPO module, and the harness (eval/*.py) and the read side (eval/scoring/) reach
+algorithms and task families through the registries (``constrained_grpo.envs`` itself is
+the task registry). The read side imports of the harness only the records' format
+(``eval.storage``). The studies (eval/studies/) and speed benchmarks (eval/bench/) measure
+named internals and may import them; nothing else imports a study or a benchmark.
 """
 
 from __future__ import annotations
@@ -19,8 +21,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PKG = "constrained_grpo"
 
-#: eval modules that measure or study named internals (their docstrings say which).
-EVAL_STUDIES = {"coupling", "parity", "speed"}
+#: The harness modules (eval/*.py) the read side may not import (all but ``storage``).
+HARNESS = tuple(f"{PKG}.eval.{p.stem}" for p in sorted((REPO / "eval").glob("*.py"))
+                if p.stem not in ("__init__", "storage"))
+#: What measures named internals; no other layer imports it.
+STUDIES = (f"{PKG}.eval.studies", f"{PKG}.eval.bench")
 
 #: Layer -> module prefixes it must not import.
 FORBIDDEN: dict[str, tuple[str, ...]] = {
@@ -28,7 +33,8 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "envs": (f"{PKG}.agents", f"{PKG}.trl", f"{PKG}.baselines", f"{PKG}.eval", f"{PKG}.cli"),
     "agents": (f"{PKG}.envs", f"{PKG}.baselines", f"{PKG}.eval", f"{PKG}.cli"),
     "baselines": (f"{PKG}.agents", f"{PKG}.trl", f"{PKG}.envs", f"{PKG}.eval", f"{PKG}.cli"),
-    "harness": (f"{PKG}.agents", f"{PKG}.trl", f"{PKG}.baselines", f"{PKG}.envs.", f"{PKG}.cli"),
+    "scoring": (f"{PKG}.agents", f"{PKG}.trl", f"{PKG}.baselines", f"{PKG}.envs.", f"{PKG}.cli", *HARNESS, *STUDIES),
+    "harness": (f"{PKG}.agents", f"{PKG}.trl", f"{PKG}.baselines", f"{PKG}.envs.", f"{PKG}.cli", *STUDIES),
     "studies": (f"{PKG}.cli",),
 }
 
@@ -40,8 +46,9 @@ def _layer(path: Path) -> str | None:
     if rel[0] == "baselines":
         return "baselines"
     if rel[0] == "eval":
-        stem = path.stem
-        return "studies" if stem in EVAL_STUDIES or stem.startswith("speed_") else "harness"
+        if len(rel) > 2:
+            return "scoring" if rel[1] == "scoring" else "studies"
+        return "harness"
     if rel[0] == PKG:
         # The reference policies are registered algorithms (the warm start wraps a text agent).
         if len(rel) > 2 and rel[1] in ("agents", "trl") or path.name == "references.py":
@@ -91,6 +98,11 @@ def test_every_import_follows_the_dependency_direction():
     ("harness", "constrained_grpo.envs", False),  # the task registry
     ("harness", "constrained_grpo.envs.gridworld.policies", True),
     ("core", "constrained_grpo.registry", False),
+    ("scoring", "constrained_grpo.eval.storage", False),  # the records' format
+    ("scoring", "constrained_grpo.eval.runner", True),
+    ("harness", "constrained_grpo.eval.scoring.verdict", False),
+    ("harness", "constrained_grpo.eval.studies.coupling", True),
+    ("baselines", "constrained_grpo.eval.bench", True),
 ])
 def test_the_rule_itself(layer: str, module: str, bad: bool):
     """The check would catch the imports it exists for (and allows the registries)."""

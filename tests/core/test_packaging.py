@@ -49,7 +49,7 @@ def test_wheel_has_only_constrained_grpo(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert top == {"constrained_grpo"}
-    for expected in ("constrained_grpo/envs/gridworld/env.py", "constrained_grpo/eval/speed.py",
+    for expected in ("constrained_grpo/envs/gridworld/env.py", "constrained_grpo/eval/bench/__init__.py",
                      "constrained_grpo/baselines/__init__.py", "constrained_grpo/registry.py"):
         assert expected in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from constrained_grpo.eval.loader import find_runs
+from constrained_grpo.eval.scoring.loader import find_runs
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"

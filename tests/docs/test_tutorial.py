@@ -214,8 +214,8 @@ def test_tutorial_blocks_are_parsed() -> None:
     assert files == ["course_env.py", "course_agent.py"]
     commands = "\n".join(b.text for b in run if b.lang == "bash")
     for cmd in ("cgrpo envs --family gridworld", "cgrpo check Grid/HazardFuel3x3-v0", "cgrpo train ",
-                "python -m constrained_grpo.eval.coupling demo --out", "cgrpo bench --preset coupling",
-                "python -m constrained_grpo.eval.coupling analyze", "cgrpo bench --preset demo",
+                "python -m constrained_grpo.eval.studies.coupling demo --out", "cgrpo bench --preset coupling",
+                "python -m constrained_grpo.eval.studies.coupling analyze", "cgrpo bench --preset demo",
                 "cgrpo leaderboard ", "--explain", "cgrpo plot "):
         assert cmd in commands, f"docs/tutorial.md no longer runs {cmd!r}"
     # Every block is either run, saved, or explicitly marked as shown only.
@@ -326,7 +326,7 @@ def test_tutorial_links_resolve() -> None:
             missing.append(target)
     assert not missing, (
         f"docs/tutorial.md links to missing files {missing}; the coupling figures are written by "
-        "`python -m constrained_grpo.eval.coupling ... --out results/coupling` and must be committed"
+        "`python -m constrained_grpo.eval.studies.coupling ... --out results/coupling` and must be committed"
     )
 
 

@@ -1,4 +1,4 @@
-"""Tests of ``constrained_grpo.eval.coupling``: the controlled demo and the run analysis.
+"""Tests of ``constrained_grpo.eval.studies.coupling``: the controlled demo and the run analysis.
 
 The analysis is checked on synthetic harness run directories (the layout ``cgrpo bench``
 writes: 2 algorithms x 3 seeds, T = 10 iterations, so the tail is the last
@@ -18,11 +18,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from constrained_grpo.eval import coupling
+from constrained_grpo.eval.studies import coupling
 from constrained_grpo.eval import storage
 from constrained_grpo.schema import CONFIG_SCHEMA
-from constrained_grpo.eval.metrics import tail_length, tail_summary
-from constrained_grpo.eval.stats import stratified_bootstrap_ci
+from constrained_grpo.eval.scoring.metrics import tail_length, tail_summary
+from constrained_grpo.eval.scoring.stats import stratified_bootstrap_ci
 
 R_STAR = 1.1333333333333337  # Grid/HazardFuel-v0, limits hazard 0.1, fuel 12
 T = 10
@@ -283,7 +283,7 @@ def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> N
     assert s.loc[("grpo-screw", "effw_std_reward"), "mean"] == pytest.approx(math.sqrt(0.0096))
 
     md = (out / "coupling.md").read_text()
-    assert "python -m constrained_grpo.eval.coupling analyze" in md and "| metric | `cgrpo` | `grpo-screw` |" in md
+    assert "python -m constrained_grpo.eval.studies.coupling analyze" in md and "| metric | `cgrpo` | `grpo-screw` |" in md
     assert f"cgrpo bench --preset coupling --out {runs_dir} --no-save" in md
     assert "1.160 [" in md
     assert coupling.config_differences(coupling.load_runs(runs_dir)[0]) == {
@@ -293,7 +293,7 @@ def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> N
 
 def test_incomplete_runs(runs_dir: Path, grid_meta) -> None:
     """A run without done.json (still training) is an error naming the flag, or left out with it."""
-    from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.scoring.loader import ResultsError
 
     _write_run(runs_dir, grid_meta, "grpo-screw", 7, _progress("grpo-screw", 0).iloc[:4], done=False)
     with pytest.raises(ResultsError, match="--allow-incomplete"):
@@ -303,11 +303,11 @@ def test_incomplete_runs(runs_dir: Path, grid_meta) -> None:
 
 
 def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
-    from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.scoring.loader import ResultsError
 
     with pytest.raises(ResultsError, match="cgrpo bench"):
         coupling.load_runs(tmp_path / "missing")
-    r = subprocess.run([sys.executable, "-m", "constrained_grpo.eval.coupling", "analyze", str(tmp_path / "missing"),
+    r = subprocess.run([sys.executable, "-m", "constrained_grpo.eval.studies.coupling", "analyze", str(tmp_path / "missing"),
                         "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "cgrpo bench --preset coupling" in r.stderr
 
@@ -315,14 +315,14 @@ def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
 def test_cli_smoke(runs_dir: Path, tmp_path: Path) -> None:
     """Both commands end to end in a subprocess, with a tiny batch."""
     demo = subprocess.run(
-        [sys.executable, "-m", "constrained_grpo.eval.coupling", "demo", "--out", str(tmp_path / "demo"),
+        [sys.executable, "-m", "constrained_grpo.eval.studies.coupling", "demo", "--out", str(tmp_path / "demo"),
          "--groups", "2", "--group-size", "4", "--points", "3"],
         capture_output=True, text=True, timeout=300,
     )
     assert demo.returncode == 0, demo.stderr
     assert "headline" in demo.stdout and (tmp_path / "demo" / "controlled.png").exists()
     ana = subprocess.run(
-        [sys.executable, "-m", "constrained_grpo.eval.coupling", "analyze", str(runs_dir), "--out", str(tmp_path / "a")],
+        [sys.executable, "-m", "constrained_grpo.eval.studies.coupling", "analyze", str(runs_dir), "--out", str(tmp_path / "a")],
         capture_output=True, text=True, timeout=300,
     )
     assert ana.returncode == 0, ana.stderr

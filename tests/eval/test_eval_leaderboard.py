@@ -10,9 +10,9 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval.leaderboard import build_leaderboard, check_submission, render_html, render_markdown, write_leaderboard
-from constrained_grpo.eval.loader import ResultsError, load_results
-from constrained_grpo.eval.plots import make_plots
+from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, check_submission, render_html, render_markdown, write_leaderboard
+from constrained_grpo.eval.scoring.loader import ResultsError, load_results
+from constrained_grpo.eval.scoring.plots import make_plots
 from constrained_grpo.eval.runner import EVAL_SEED, TaskMeta
 
 META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval import metrics as M
-from constrained_grpo.eval import stability as ST
-from constrained_grpo.eval import stats as S
+from constrained_grpo.eval.scoring import metrics as M
+from constrained_grpo.eval.scoring import stability as ST
+from constrained_grpo.eval.scoring import stats as S
 from constrained_grpo.eval.runner import TaskMeta
 
 # ----------------------------------------------------------------------------- return
@@ -64,7 +64,7 @@ def sine(amplitude: float = 0.5, period: int = 20, phase: float = 0.3) -> np.nda
     return 1.0 + amplitude * np.sin(2 * np.pi * np.arange(N) / period + phase)
 
 
-# The stability metrics have one home, constrained_grpo.eval.stability (what the leaderboard
+# The stability metrics have one home, constrained_grpo.eval.scoring.stability (what the leaderboard
 # and the tutorial use); these are its path statistics on hand-computed shapes.
 
 

@@ -24,7 +24,7 @@ ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra: 
 
 from cgrpo_toy_agent import TASK, TOY, subprocess_env  # noqa: E402
 from constrained_grpo.eval import storage  # noqa: E402
-from constrained_grpo.eval.loader import load_results, load_run  # noqa: E402
+from constrained_grpo.eval.scoring.loader import load_results, load_run  # noqa: E402
 from constrained_grpo.eval.sweep import expand_grid, run_sweep  # noqa: E402
 
 QUIET = {"progress": False, "echo": lambda line: None}

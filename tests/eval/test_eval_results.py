@@ -14,7 +14,7 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
+from constrained_grpo.eval.scoring.loader import CORE_COLUMNS, ResultsError, find_runs, load_results, validate_table
 from constrained_grpo.eval.runner import EVAL_SEED, RunSpec, execute_run
 from constrained_grpo.schema import eval_columns, flatten_record
 

@@ -16,7 +16,7 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED, subprocess_env
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.loader import ResultsError, load_results
+from constrained_grpo.eval.scoring.loader import ResultsError, load_results
 from constrained_grpo.eval.sweep import SweepConfigError, expand_grid, run_sweep
 
 QUIET = {"progress": False, "echo": lambda line: None}

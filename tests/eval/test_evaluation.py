@@ -12,10 +12,10 @@ from scipy import stats as sps
 
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.evaluation import evaluate_agent
-from constrained_grpo.eval.loader import load_run
-from constrained_grpo.eval.metrics import run_metrics
+from constrained_grpo.eval.scoring.loader import load_run
+from constrained_grpo.eval.scoring.metrics import run_metrics
 from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
-from constrained_grpo.eval.verdict import (
+from constrained_grpo.eval.scoring.verdict import (
     EvalSizeError,
     certifiable_minimum,
     check_eval_size,
@@ -169,7 +169,7 @@ def test_the_optimal_policys_lookup_table_equals_its_per_state_probabilities(tas
 def test_runs_with_different_planned_counts_are_paired_on_their_common_prefix():
     import pandas as pd
 
-    from constrained_grpo.eval.leaderboard import comparability
+    from constrained_grpo.eval.scoring.leaderboard import comparability
 
     runs = pd.DataFrame({
         "task": ["T"] * 4, "algo": ["a", "a", "b", "b"], "eval_policies": ["sampled+deterministic"] * 4,

@@ -1,4 +1,4 @@
-"""The leaderboard's plain sentences (constrained_grpo.eval.explain) and ``cgrpo leaderboard --explain``.
+"""The leaderboard's plain sentences (constrained_grpo.eval.scoring.explain) and ``cgrpo leaderboard --explain``.
 
 The numbers are worked out by hand from the per-run rows below: the 3x3 gridworld's limits
 (hazard <= 0.2 as an indicator, fuel <= 4.4) and its optimum R* = 1.2.
@@ -14,8 +14,8 @@ import pytest
 
 from constrained_grpo.cli import main
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval.explain import algo_summary, explain, explain_sentence, explain_task
-from constrained_grpo.eval.verdict import cost_verdict
+from constrained_grpo.eval.scoring.explain import algo_summary, explain, explain_sentence, explain_task
+from constrained_grpo.eval.scoring.verdict import cost_verdict
 from constrained_grpo.eval.runner import TaskMeta
 
 META = TaskMeta(
@@ -121,6 +121,6 @@ def test_cli_explain_flag(toy_results: Path, capsys: pytest.CaptureFixture[str])
 def test_module_example() -> None:
     import doctest
 
-    import constrained_grpo.eval.explain as module
+    import constrained_grpo.eval.scoring.explain as module
 
     assert doctest.testmod(module).failed == 0

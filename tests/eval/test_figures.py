@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from cgrpo_toy_agent import TASK, TOY
-from constrained_grpo.eval import plots
-from constrained_grpo.eval.colors import PALETTE, algo_color, algo_colors
-from constrained_grpo.eval.loader import load_results
+from constrained_grpo.eval.scoring import plots
+from constrained_grpo.eval.scoring.colors import PALETTE, algo_color, algo_colors
+from constrained_grpo.eval.scoring.loader import load_results
 
 
 def test_an_algorithm_keeps_its_colour_across_figures():
@@ -71,7 +71,7 @@ def test_limit_tolerance_and_lambda_star_lines(monkeypatch: pytest.MonkeyPatch, 
 
 def test_coupling_figures_name_their_task_share_colours_and_clip_bands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     from constrained_grpo.constraints import Constraint
-    from constrained_grpo.eval import coupling
+    from constrained_grpo.eval.studies import coupling
 
     steps = np.arange(1, 51) * 100.0
     runs = []

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from constrained_grpo.eval.leaderboard import build_leaderboard, render_html
-from constrained_grpo.eval.loader import load_results
+from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_html
+from constrained_grpo.eval.scoring.loader import load_results
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 

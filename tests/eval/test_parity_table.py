@@ -1,4 +1,4 @@
-"""The parity table (constrained_grpo.eval.parity table): Student-t intervals over seeds, no interval from one seed."""
+"""The parity table (constrained_grpo.eval.studies.parity table): Student-t intervals over seeds, no interval from one seed."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from constrained_grpo.eval import parity
+from constrained_grpo.eval.studies import parity
 
 
 def _run(root: Path, side: str, seed: int, ret: float, cost: float, length: float | None = None) -> None:

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from constrained_grpo.eval import stats
-from constrained_grpo.eval.leaderboard import seeds_to_separate, shared_ranks
+from constrained_grpo.eval.scoring import stats
+from constrained_grpo.eval.scoring.leaderboard import seeds_to_separate, shared_ranks
 
 
 def test_exact_paired_p_values_by_hand() -> None:
@@ -99,7 +99,7 @@ def test_unpaired_seeds_use_a_permutation_of_labels() -> None:
 def _one_task_board():
     """Three algorithms x 8 seeds on a one-constraint task, 20 evaluation episodes each."""
     from constrained_grpo.constraints import Constraint
-    from constrained_grpo.eval.leaderboard import build_leaderboard
+    from constrained_grpo.eval.scoring.leaderboard import build_leaderboard
     from constrained_grpo.schema import TaskMeta
 
     meta = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.2, "", indicator=True),), optimum_return=2.0,

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from constrained_grpo.eval.leaderboard import build_leaderboard, render_markdown
-from constrained_grpo.eval.loader import algo_properties, load_results
+from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_markdown
+from constrained_grpo.eval.scoring.loader import algo_properties, load_results
 from constrained_grpo.eval.runner import EVAL_SEED, RunSpec, execute_run, task_meta
 from constrained_grpo.registry import agent_spec, make_agent
 

@@ -22,7 +22,7 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY, subprocess_env
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.loader import (
+from constrained_grpo.eval.scoring.loader import (
     ResultsError,
     check_submission_table,
     episode_ranges,

@@ -12,7 +12,8 @@ import pytest
 from cgrpo_toy_agent import TASK, TOY
 from constrained_grpo import registry, schema
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval import loader, runner, storage
+from constrained_grpo.eval.scoring import loader
+from constrained_grpo.eval import runner, storage
 
 NAMES = ["hazard", "fuel"]
 RECORD = {"iteration": 7, "env_steps": 64, "wall_s": 1.5, "ep_return": 0.75, "ep_cost": [0.25, 12.0],

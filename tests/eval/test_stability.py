@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from constrained_grpo.eval import stability as S
+from constrained_grpo.eval.scoring import stability as S
 
 N = 200  # iterations; the second half H is t = 100..199, the end window t = 160..199
 IT = np.arange(N)
@@ -21,7 +21,7 @@ W = 2 * np.pi * 2.6  # 2.6 periods over the run: 1.3 in the second half
 
 
 def old_score(lam: np.ndarray, violated: bool) -> float:
-    """The score of eval/metrics.py before issue 14: 1/(1 + 2|drift| R^2 (1 + [drift > 0, violated]) + CV)."""
+    """The score of eval/scoring/metrics.py before issue 14: 1/(1 + 2|drift| R^2 (1 + [drift > 0, violated]) + CV)."""
     s, x = STEPS[N // 2:], lam[N // 2:]
     mean = abs(x.mean())
     sc = s - s.mean()
@@ -189,7 +189,7 @@ def test_a_multiplier_stuck_under_violation_is_flagged_on_the_board():
     import pandas as pd
 
     from constrained_grpo.constraints import Constraint
-    from constrained_grpo.eval.leaderboard import build_leaderboard, render_markdown
+    from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_markdown
     from constrained_grpo.schema import TaskMeta
 
     meta = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,

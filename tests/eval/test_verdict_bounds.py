@@ -1,4 +1,4 @@
-"""The per-run verdict rule (constrained_grpo.eval.verdict): exact bounds worked out by hand,
+"""The per-run verdict rule (constrained_grpo.eval.scoring.verdict): exact bounds worked out by hand,
 and its type I error and power computed exactly and checked by simulation."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom, norm
 
-from constrained_grpo.eval.verdict import (
+from constrained_grpo.eval.scoring.verdict import (
     ALPHA,
     certify_power,
     cost_bounds,

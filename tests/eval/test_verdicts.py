@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval import stats
-from constrained_grpo.eval.leaderboard import (
+from constrained_grpo.eval.scoring import stats
+from constrained_grpo.eval.scoring.leaderboard import (
     BUDGET_RATIO,
     build_leaderboard,
     comparability,
@@ -23,8 +23,8 @@ from constrained_grpo.eval.leaderboard import (
     shared_ranks,
     write_leaderboard,
 )
-from constrained_grpo.eval.metrics import constrained_score, run_metrics, standard_error
-from constrained_grpo.eval.verdict import cost_bounds, cost_verdict
+from constrained_grpo.eval.scoring.metrics import constrained_score, run_metrics, standard_error
+from constrained_grpo.eval.scoring.verdict import cost_bounds, cost_verdict
 from constrained_grpo.eval.runner import EVAL_SEED, TaskMeta
 
 META = TaskMeta("Toy/T-v0", "toy", (Constraint("hazard", 0.1),), optimum_return=2.0, unconstrained_return=3.0,
@@ -344,7 +344,7 @@ def test_train_reports_against_the_limits_it_trained_with(tmp_path: Path):
 
 
 def test_markdown_cells_cannot_carry_markup():
-    from constrained_grpo.eval.leaderboard import _md_cell
+    from constrained_grpo.eval.scoring.leaderboard import _md_cell
 
     assert _md_cell("<img src=x onerror=alert(1)>|x\n# h") == "&lt;img src=x onerror=alert(1)>\\|x # h"
     assert _md_cell("J <= 0.1 & R") == "J <= 0.1 &amp; R"
@@ -361,7 +361,7 @@ def test_a_multiplier_pinned_at_its_recorded_bound_is_at_bound():
 
 def test_add_refuses_a_submission_with_another_budget_and_names_it(toy_results: Path, tmp_path: Path, capsys):
     from constrained_grpo.cli import main
-    from constrained_grpo.eval.loader import load_results
+    from constrained_grpo.eval.scoring.loader import load_results
 
     table = load_results(toy_results).table
     mine = table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False))

@@ -189,7 +189,7 @@ def test_bad_input_is_refused_before_any_work(tiny, tmp_path):
 
 def test_end_to_end_multipliers_and_leaderboard(tmp_path):
     from constrained_grpo.cli import main as cgrpo_main
-    from constrained_grpo.eval.loader import load_results
+    from constrained_grpo.eval.scoring.loader import load_results
     from constrained_grpo.eval.runner import RunSpec, execute_run
 
     # 4 iterations of P=4 problems x G=8 completions of at most 12 characters: the random
@@ -254,7 +254,7 @@ def test_docs_quick_start_runs(tmp_path, monkeypatch, capsys):
 
 
 def test_gpu_benchmark_writes_nothing_without_a_gpu(tmp_path):
-    from constrained_grpo.eval import speed_trl
+    from constrained_grpo.eval.bench import trl as speed_trl
 
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the benchmark would run")

@@ -1,8 +1,8 @@
 """Metrics of return and constraint satisfaction per run, and the run table.
 
-Multiplier stability lives in one module, :mod:`constrained_grpo.eval.stability` (what the
+Multiplier stability lives in one module, :mod:`constrained_grpo.eval.scoring.stability` (what the
 leaderboard and the tutorial use); :func:`run_metrics` takes it from there. Every function is pure. The array functions take one run's series; :func:`run_metrics`
-applies them to every run of a long table (``constrained_grpo.eval.loader``).
+applies them to every run of a long table (``constrained_grpo.eval.scoring.loader``).
 
 Notation: iterations t = 0..T-1 with cumulative env steps s_t, training return R_t,
 mean episodic cost J_{k,t} and multiplier lambda_{k,t}; evaluation episodes i with
@@ -22,8 +22,8 @@ import pandas as pd
 
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.schema import TaskMeta
-from constrained_grpo.eval.stability import limit_scale
-from constrained_grpo.eval.verdict import SCORE_GRID, cost_quantiles, run_verdict
+from constrained_grpo.eval.scoring.stability import limit_scale
+from constrained_grpo.eval.scoring.verdict import SCORE_GRID, cost_quantiles, run_verdict
 
 __all__ = [
     "constrained_score",
@@ -145,7 +145,7 @@ def expected_score(
 
         score = E_J[ constrained_score(R, R*, max_k max(0, J_k - d_k)/c(d_k), tol) ]
 
-    with each J_k spread as :func:`~constrained_grpo.eval.verdict.cost_quantiles` gives it
+    with each J_k spread as :func:`~constrained_grpo.eval.scoring.verdict.cost_quantiles` gives it
     (Jeffreys' posterior for an indicator, the t-scale normal otherwise) and independent
     across k: the k-th grid is taken in a fixed shuffled order (seed k), a Latin-hypercube
     pairing. A run that is clearly within scores max(R~, 0), one clearly over -v, and one its
@@ -260,10 +260,10 @@ def run_metrics(
       and says so in ``primary_policy``): ``eval_return``, ``eval_return_norm``, per
       constraint ``eval_cost_k`` (J_k), ``eval_cost_se_k`` (its standard error over the
       episodes), ``eval_cost_lo_k`` and ``eval_cost_hi_k`` (its one-sided lower bound at
-      alpha / K and upper bound at alpha, :mod:`constrained_grpo.eval.verdict`: exact
+      alpha / K and upper bound at alpha, :mod:`constrained_grpo.eval.scoring.verdict`: exact
       Clopper-Pearson for indicators), ``within_k`` (fraction of episodes within d_k),
       ``violation_k`` = max(0, J_k - d_k)/d_k and ``verdict_k`` (within / over /
-      undetermined, :func:`~constrained_grpo.eval.verdict.cost_verdict`); ``violation`` = max_k violation_k; ``feasibility`` = "violates" if some
+      undetermined, :func:`~constrained_grpo.eval.scoring.verdict.cost_verdict`); ``violation`` = max_k violation_k; ``feasibility`` = "violates" if some
       verdict_k is "over", "feasible" if every one is "within", else "undetermined";
       ``feasible`` = (feasibility == "feasible") (``satisfied`` is the same); ``score``
       (:func:`expected_score`: the constrained score averaged over the evaluation's
@@ -276,14 +276,14 @@ def run_metrics(
     * ``cum_violation_k`` (cumulative_violation) and ``train_violation_k`` = cum / s_{T-1};
     * protocol: ``eval_episodes`` (per policy), ``eval_first_seed`` (NaN when unrecorded),
       ``eval_policies`` ("sampled+deterministic", ...), ``env_steps`` (the run's budget as run);
-    * per multiplier k (``constrained_grpo.eval.stability``): ``stability_k``,
+    * per multiplier k (``constrained_grpo.eval.scoring.stability``): ``stability_k``,
       ``stability_class_k``, ``amplitude_k``, ``drift_k``, ``osc_k``, ``settling_k``; per
       constraint ``tracking_k`` (mean |J_t - d|/d over the second half when active) and
       ``overshoot_k``; ``stability`` = min_k stability_k and ``stability_class`` its class
       (NaN for an algorithm without multipliers); ``lambda_dist`` = ||lambda_final - lambda*||
       where the task has lambda* and ``lambda_in_reward_units[algo]`` says lambda shares its units.
     """
-    from constrained_grpo.eval import stability as stab
+    from constrained_grpo.eval.scoring import stability as stab
 
     units = dict(lambda_in_reward_units or {})
     bounds = dict(lambda_max or {})

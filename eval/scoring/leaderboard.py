@@ -45,11 +45,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from constrained_grpo.eval import stats, storage
-from constrained_grpo.eval.loader import check_submission_table, escape_csv_formulas
-from constrained_grpo.eval.metrics import run_metrics
-from constrained_grpo.eval.stability import limit_scale
-from constrained_grpo.eval.verdict import TOL
+from constrained_grpo.eval.scoring import stats
+from constrained_grpo.eval import storage
+from constrained_grpo.eval.scoring.loader import check_submission_table, escape_csv_formulas
+from constrained_grpo.eval.scoring.metrics import run_metrics
+from constrained_grpo.eval.scoring.stability import limit_scale
+from constrained_grpo.eval.scoring.verdict import TOL
 from constrained_grpo.schema import TaskMeta
 
 __all__ = [
@@ -75,7 +76,7 @@ DEFAULT_TOL = TOL
 BUDGET_RATIO = 1.25
 #: Significant digits of the floats in ``runs.csv``.
 SIGNIFICANT_DIGITS = 10
-#: Stability classes from best to worst (``constrained_grpo.eval.stability``).
+#: Stability classes from best to worst (``constrained_grpo.eval.scoring.stability``).
 _CLASS_ORDER = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
 
 
@@ -183,7 +184,7 @@ def shared_ranks(
 
     Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a}.
     Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with
-    :func:`~constrained_grpo.eval.stats.permutation_test` on the difference of their mean
+    :func:`~constrained_grpo.eval.scoring.stats.permutation_test` on the difference of their mean
     scores (the statistic the table ranks by; paired by seed when both ran the same seeds,
     exact over the 2^n swaps), and b is separated above a when mean(b) > mean(a) and the
     Holm-adjusted p-value over the tested pairs is at most ``SEPARATION_ALPHA``: the chance
@@ -613,7 +614,7 @@ def build_leaderboard(
         f"Intervals: 95% percentile bootstrap over seeds ({reps} replicates, seed {seed}), stratified by task in "
         "the aggregates (rliable); a zero-width interval says why: '(identical seeds)' when every seed has the same "
         "value, else that most seeds share one.",
-        "λ stability: 1 best (see constrained_grpo.eval.stability and docs/benchmark.md); its class is the most "
+        "λ stability: 1 best (see constrained_grpo.eval.scoring.stability and docs/benchmark.md); its class is the most "
         "common over seeds. Cost tracking: mean |J_t - d|/d over the second half of training where the constraint "
         "is active. ‖λ-λ*‖: distance of the final multipliers to the LP's optimal duals, for algorithms whose λ "
         "is in reward units.",
@@ -720,7 +721,7 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("greedy feasible", "seeds whose greedy policy is feasible"),
     ("avg-iterate return", "mean return over the last 20% of training iterations (the average iterate)"),
     ("avg-iterate feasible", "seeds (or runs) whose average iterate is feasible"),
-    ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.stability), IQM [95% interval]"),
+    ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.scoring.stability), IQM [95% interval]"),
     ("λ class", "most common stability class of the multipliers over seeds"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
     ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),

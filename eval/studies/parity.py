@@ -2,11 +2,11 @@
 
 ::
 
-    python -m constrained_grpo.eval.parity run --side omnisafe --task SafetyHopperVelocity-v1 \\
+    python -m constrained_grpo.eval.studies.parity run --side omnisafe --task SafetyHopperVelocity-v1 \\
         --steps 1000000 --seed 0 --out results/parity/runs
-    python -m constrained_grpo.eval.parity run --side ours --task SafetyHopperVelocity-v1 \\
+    python -m constrained_grpo.eval.studies.parity run --side ours --task SafetyHopperVelocity-v1 \\
         --steps 1000000 --seed 0 --out results/parity/runs
-    python -m constrained_grpo.eval.parity table --runs results/parity/runs --out results/parity
+    python -m constrained_grpo.eval.studies.parity table --runs results/parity/runs --out results/parity
 
 ``--side omnisafe`` runs ``omnisafe.Agent('PPOLag', task, custom_cfgs=...)`` in
 ``.venv-parity`` (this file, run there as a plain script: it imports nothing from
@@ -176,7 +176,7 @@ def ours_run(task: str, steps: int, seed: int, steps_per_epoch: int, out: Path, 
 def run(args: argparse.Namespace) -> None:
     out = Path(args.out) / args.side / f"seed_{args.seed}"
     out.mkdir(parents=True, exist_ok=True)
-    command = shlex.join(["python", "-m", "constrained_grpo.eval.parity", "run", "--side", args.side, "--task", args.task,
+    command = shlex.join(["python", "-m", "constrained_grpo.eval.studies.parity", "run", "--side", args.side, "--task", args.task,
                           "--steps", str(args.steps), "--seed", str(args.seed), "--out", str(args.out)])
     if args.side == "ours":
         ours_run(args.task, args.steps, args.seed, args.steps_per_epoch, out, args.eval_episodes)
@@ -286,7 +286,7 @@ def table(args: argparse.Namespace) -> None:
                      "ep_length": round(length, 1), "ep_lengths": lengths,
                      "env_steps_per_s": round(speed)})
     if not rows:
-        raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.parity run ...` first")
+        raise SystemExit(f"no runs under {runs}: run `python -m constrained_grpo.eval.studies.parity run ...` first")
     diffs = differences(curves)
     for name, table_rows in (("parity.csv", rows), ("difference.csv", diffs)):
         if not table_rows:
@@ -314,7 +314,7 @@ def table(args: argparse.Namespace) -> None:
                   f"| {_cell(d['cost_diff'], d['cost_diff_ci95'])} | {d['cost_verdict']} |" for d in diffs]
     lines += ["", "Commands:", "",
               *[f"    {c}" for c in commands],
-              f"    python -m constrained_grpo.eval.parity table --runs {runs} --out {out}"]
+              f"    python -m constrained_grpo.eval.studies.parity table --runs {runs} --out {out}"]
     (out / "parity.md").write_text("\n".join(lines) + "\n")
     _plot(curves, out / "curves.png")
     print("\n".join(lines))
@@ -347,7 +347,7 @@ def main(argv: list[str] | None = None) -> None:
         task, steps, seed, spe, out = argv[1:6]
         omnisafe_worker(task, int(steps), int(seed), int(spe), Path(out))
         return
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.parity", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.studies.parity", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="one seed of one side")
     r.add_argument("--side", choices=SIDES, required=True)

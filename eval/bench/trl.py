@@ -17,7 +17,7 @@ over ``--steps`` iterations after one warm-up iteration.
 A GPU benchmark: ``make bench`` runs it only where CUDA is available and otherwise writes
 nothing (the CPU figures of the small model are in ``math.csv``). Run alone:
 
-    python -m constrained_grpo.eval.speed_trl [--out results/bench] [--model smollm2|tiny|DIR]
+    python -m constrained_grpo.eval.bench.trl [--out results/bench] [--model smollm2|tiny|DIR]
                                               [--device cuda|cpu] [--steps 5]
 
 ``--model tiny --device cpu`` is a smoke run of the script on a CPU (TRL path only).
@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 
 TASK = "Math/ChainSum-v0"
 P, G, NEW_TOKENS = 8, 8, 64
@@ -137,7 +137,7 @@ def run(out_dir: Path, model: str = "smollm2", device: str | None = None, steps:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed_trl", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.bench.trl", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--model", default="smollm2", help="smollm2, tiny or a local model directory")

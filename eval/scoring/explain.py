@@ -2,7 +2,7 @@
 
 Per task, the ranked algorithms in rank order, then the reference policies. A sentence says
 whether the algorithm's evaluated policy keeps every limit, with the leaderboard's
-three-valued verdict per seed (``constrained_grpo.eval.verdict``: a seed keeps the limits when
+three-valued verdict per seed (``constrained_grpo.eval.scoring.verdict``: a seed keeps the limits when
 the one-sided 95% upper bound ``U_k`` of each evaluated cost is within ``d_k (1 + tol)``, breaks
 limit k when its lower bound is above, and cannot be told otherwise), its mean evaluated return
 ``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the task has one, for each
@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.eval.leaderboard import Leaderboard
+from constrained_grpo.eval.scoring.leaderboard import Leaderboard
 from constrained_grpo.schema import TaskMeta
 
 __all__ = ["algo_summary", "explain", "explain_sentence", "explain_task"]

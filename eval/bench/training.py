@@ -22,8 +22,8 @@ Three kinds of rows:
   optimum), training at most ``cap`` (10M) env steps; empty where it never holds.
 
 Every row carries ``load_1m`` (the 1-minute load average when it was measured) and the
-environment columns of :func:`~constrained_grpo.eval.speed.write_rows`. Run alone with
-``python -m constrained_grpo.eval.speed_training [--rounds 3] [--cap 10000000]``.
+environment columns of :func:`~constrained_grpo.eval.bench.write_rows`. Run alone with
+``python -m constrained_grpo.eval.bench.training [--rounds 3] [--cap 10000000]``.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def child_criterion(
     ``chunk`` env steps until the criterion holds or ``cap`` env steps are trained."""
     import torch
 
-    from constrained_grpo.eval.metrics import first_time_criterion_met
+    from constrained_grpo.eval.scoring.metrics import first_time_criterion_met
     from constrained_grpo.tasks import make_env
 
     torch.set_num_threads(1)
@@ -157,7 +157,7 @@ def child_criterion(
 
 def _in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
     """Run ``child_<kind>(**kwargs)`` in a fresh interpreter; its result dict."""
-    cmd = [sys.executable, "-m", "constrained_grpo.eval.speed_training", "--child", json.dumps({"kind": kind, **kwargs})]
+    cmd = [sys.executable, "-m", "constrained_grpo.eval.bench.training", "--child", json.dumps({"kind": kind, **kwargs})]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child {kind} {kwargs} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -218,7 +218,7 @@ def run(
     """Measure, print progress, and write ``<out_dir>/training.csv``."""
     import torch
 
-    from constrained_grpo.eval.speed import write_rows
+    from constrained_grpo.eval.bench import write_rows
     from constrained_grpo.registry import list_agents
 
     torch.set_num_threads(1)  # as in every child, so that the torch_threads column says what ran
@@ -253,7 +253,7 @@ def run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed_training", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.bench.training", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--rounds", type=int, default=3)

@@ -645,7 +645,7 @@ def validate_table(
     for task in sorted(df["task"].unique()):
         if task not in metas:
             try:
-                from constrained_grpo.eval.runner import task_meta  # builds the env: only for tasks not given
+                from constrained_grpo.tasks import task_meta  # builds the env: only for tasks not given
 
                 metas[task] = task_meta(task)
             except Exception as err:

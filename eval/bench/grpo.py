@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.eval.metrics import first_time_criterion_met, optimum_return
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.scoring.metrics import first_time_criterion_met, optimum_return
+from constrained_grpo.eval.bench import write_rows
 from constrained_grpo.registry import make_agent
 
 __all__ = ["ALGOS", "BUDGET_ENV_STEPS", "ENV_ID", "bench_algo", "run"]

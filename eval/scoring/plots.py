@@ -25,8 +25,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from constrained_grpo.eval.colors import algo_colors, algo_marker  # noqa: E402
-from constrained_grpo.eval.metrics import run_metrics  # noqa: E402
+from constrained_grpo.eval.scoring.colors import algo_colors, algo_marker  # noqa: E402
+from constrained_grpo.eval.scoring.metrics import run_metrics  # noqa: E402
 from constrained_grpo.schema import TaskMeta  # noqa: E402
 from constrained_grpo.eval.storage import safe_name  # noqa: E402
 

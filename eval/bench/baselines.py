@@ -8,7 +8,7 @@ time, and ``overhead_vs_sb3`` = 1 - median over rounds of (CPU steps/s of the al
 (CPU steps/s of plain SB3 PPO) in the same round. CPU time (torch on one thread) is what the cost machinery
 adds; wall-clock time on a shared machine also counts other processes' load. The
 algorithms run in interleaved rounds so that such load hits them alike. Run alone with
-``python -m constrained_grpo.eval.speed --only baselines``.
+``python -m constrained_grpo.eval.bench --only baselines``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from stable_baselines3 import PPO
 
 from constrained_grpo.baselines.agent import make_baseline_vec_env, sb3_ppo_kwargs, use_batched_env
 from constrained_grpo.baselines.config import PPOConfig
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 from constrained_grpo.registry import make_agent
 from constrained_grpo.tasks import task_constraints
 
@@ -92,7 +92,7 @@ def run(out_dir: Path, task: str = TASK, rounds: int = 11, rollouts: int = 2, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed_baselines", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.bench.baselines", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--task", default=TASK)
     parser.add_argument("--rounds", type=int, default=11)

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from constrained_grpo.envs.safety.bridge import BridgeUnavailable, find_safety_python
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 from constrained_grpo.tasks import make_env, make_vec_env
 
 TASK = "Safety/PointGoal1-v0"

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.eval.evaluation import EVAL_SEED, play_batched, play_serial
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 
 #: (task, episodes batched, episodes serial, algorithms and their training steps).
 CASES: tuple[tuple[str, int, int, dict[str, int]], ...] = (

@@ -1,7 +1,11 @@
-"""Speed benchmarks (``make bench``): each ``constrained_grpo.eval.speed_<name>`` module
-exposes ``run(out_dir: Path) -> list[Path]`` and writes ``<out_dir>/<name>.csv``.
+"""Speed benchmarks (``make bench``), one module per measured piece.
 
-Run all: ``python -m constrained_grpo.eval.speed [--out results/bench] [--only NAME ...]``.
+Each ``constrained_grpo.eval.bench.<name>`` exposes ``run(out_dir: Path) -> list[Path]`` and
+writes ``<out_dir>/<name>.csv``, measuring ours and its reference side by side in one run. A
+benchmark measures named internals, so it may import any layer (agents, baselines, task
+families, the harness); nothing outside ``bench`` imports a benchmark.
+
+Run all: ``python -m constrained_grpo.eval.bench [--out results/bench] [--only NAME ...]``.
 Every CSV row carries the versions and the machine, so figures can be compared later.
 """
 
@@ -12,13 +16,11 @@ import importlib
 import os
 import pkgutil
 import platform
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import constrained_grpo.eval as eval_pkg
 from constrained_grpo.files import atomic_write_csv
 
 __all__ = ["environment_columns", "list_benchmarks", "main", "write_rows"]
@@ -55,14 +57,12 @@ def write_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 
 
 def list_benchmarks() -> list[str]:
-    """Names ``X`` of the modules ``constrained_grpo.eval.speed_X``."""
-    return sorted(
-        m.name[len("speed_"):] for m in pkgutil.iter_modules(eval_pkg.__path__) if m.name.startswith("speed_")
-    )
+    """Names ``X`` of the modules ``constrained_grpo.eval.bench.X``."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.speed", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.bench", description=__doc__)
     parser.add_argument("--out", type=Path, default=Path("results/bench"))
     parser.add_argument("--only", nargs="*", default=None, help=f"subset of {list_benchmarks()}")
     args = parser.parse_args(argv)
@@ -71,12 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; available: {names}")
     for name in args.only or names:
-        module = importlib.import_module(f"constrained_grpo.eval.speed_{name}")
+        module = importlib.import_module(f"{__name__}.{name}")
         start = time.perf_counter()
         paths = module.run(args.out)
         print(f"[bench] {name}: {[str(p) for p in paths]} ({time.perf_counter() - start:.1f} s)", flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -16,8 +16,8 @@ small multiplier is amplified to unit weight (``transmission`` w_k / lambda_k = 
 
 Two commands::
 
-    python -m constrained_grpo.eval.coupling demo --out DIR
-    python -m constrained_grpo.eval.coupling analyze RUNS_DIR [RUNS_DIR ...] --out DIR
+    python -m constrained_grpo.eval.studies.coupling demo --out DIR
+    python -m constrained_grpo.eval.studies.coupling analyze RUNS_DIR [RUNS_DIR ...] --out DIR
 
 ``demo`` (no training, seconds) rolls out a fixed scripted mixture of routes on groups of
 episodes that share a reset seed, holds lambda_hazard fixed, sweeps lambda_fuel and
@@ -54,9 +54,9 @@ from scipy import stats as sps  # noqa: E402
 
 from constrained_grpo.agents.advantages import AdvantageSpec, effective_weights  # noqa: E402
 from constrained_grpo.constraints import Constraint  # noqa: E402
-from constrained_grpo.eval.metrics import final_performance, fmean, second_half, tail_length  # noqa: E402
-from constrained_grpo.eval.stability import multiplier_stability  # noqa: E402
-from constrained_grpo.eval.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, stratified_bootstrap_ci  # noqa: E402
+from constrained_grpo.eval.scoring.metrics import final_performance, fmean, second_half, tail_length  # noqa: E402
+from constrained_grpo.eval.scoring.stability import multiplier_stability  # noqa: E402
+from constrained_grpo.eval.scoring.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, stratified_bootstrap_ci  # noqa: E402
 from constrained_grpo.files import atomic_write_csv, atomic_write_text  # noqa: E402
 
 __all__ = [
@@ -273,7 +273,7 @@ def _tail(x: np.ndarray, frac: float) -> np.ndarray:
 
 
 def violation_rate(costs: Sequence[float] | np.ndarray, limit: float, frac: float = TAIL_FRAC) -> float:
-    """Fraction of tail iterations (:func:`~constrained_grpo.eval.metrics.tail_length`) whose mean
+    """Fraction of tail iterations (:func:`~constrained_grpo.eval.scoring.metrics.tail_length`) whose mean
     episodic cost exceeds the limit: (1/n) sum_{t in tail} [J_t > d] (iterations without an
     estimate, NaN, left out)."""
     t = _tail(np.asarray(costs, dtype=np.float64), frac)
@@ -351,16 +351,16 @@ def run_row(
     tol: float = TOL,
 ) -> dict[str, Any]:
     """Metrics of one run's T train rows; tail = the last max(1, ceil(frac T)) iterations
-    (:func:`~constrained_grpo.eval.metrics.tail_length`, the suite's one tail rule).
+    (:func:`~constrained_grpo.eval.scoring.metrics.tail_length`, the suite's one tail rule).
 
     * ``tail_return`` = mean of R_t over the tail; ``return_gap`` = R* - tail_return,
       ``rel_return_gap`` = return_gap / |R*|;
     * per constraint k: ``tail_cost_k``, ``viol_rate_k`` (:func:`violation_rate`),
-      ``tail_lambda_k``, ``max_lambda_k``, and :func:`~constrained_grpo.eval.stability.multiplier_stability`
+      ``tail_lambda_k``, ``max_lambda_k``, and :func:`~constrained_grpo.eval.scoring.stability.multiplier_stability`
       of lambda_k (``stability_k``, ``stability_class_k``, ``amplitude_k``, ``tv_k``,
       ``osc_k``, ``drift_k``, ``settling_k``, ``overshoot_k``);
     * ``within_limits`` = all_k tail_cost_k <= (1 + tol) d_k; ``return_ok`` =
-      tail_return >= R* - tol |R*|; ``passed`` = both (:func:`~constrained_grpo.eval.metrics.tail_summary`'s criterion);
+      tail_return >= R* - tol |R*|; ``passed`` = both (:func:`~constrained_grpo.eval.scoring.metrics.tail_summary`'s criterion);
     * per component j, over the second half: ``effw_mean_j`` and ``effw_std_j``
       (:func:`weight_variability`) of eff_w_j where it is nonzero, ``effw_zero_j``
       (:func:`zero_weight_fraction`); per constraint ``transmission_k`` (:func:`transmission`).
@@ -447,11 +447,11 @@ def _flat(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def load_runs(root: str | Path, *, allow_incomplete: bool = False) -> tuple[list[RunData], tuple[Constraint, ...]]:
-    """The runs of ``cgrpo bench --out ROOT`` (the long table of :func:`~constrained_grpo.eval.loader.load_results`)
+    """The runs of ``cgrpo bench --out ROOT`` (the long table of :func:`~constrained_grpo.eval.scoring.loader.load_results`)
     and their task's constraints. One task per analysis: several tasks (or one task with
     different limits, which the loader refuses) are an error naming them."""
     from constrained_grpo.eval import storage
-    from constrained_grpo.eval.loader import find_runs, load_results
+    from constrained_grpo.eval.scoring.loader import find_runs, load_results
 
     results = load_results(root, allow_incomplete=allow_incomplete)
     if len(results.tasks) != 1:
@@ -569,7 +569,7 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
         "",
         f"Limits {lim}; exact constrained optimum R* = {_fmt(optimum) if optimum is not None else '–'}. {counts}.",
         "Mean over seeds [95% percentile-bootstrap interval of the mean: 2000 resamples of the seeds, "
-        "generator seed 0, `constrained_grpo.eval.stats.stratified_bootstrap_ci` with one stratum]. "
+        "generator seed 0, `constrained_grpo.eval.scoring.stats.stratified_bootstrap_ci` with one stratum]. "
         "Tail = last ⌈0.2·T⌉ of the T iterations (`eval.metrics.tail_length`); criterion = every tail cost ≤ 1.1·limit and tail return ≥ 0.9·R*. "
         "The criterion is scored twice: on the average iterate (the training tail, an average over policies) and "
         "on the last iterate (the final policy, evaluated on sampled episodes): a Lagrangian method can meet its "
@@ -644,7 +644,7 @@ def _mean_band(runs: Sequence[RunData], column: str, drop_zero: bool = False,
 
 def _colors(algos: Sequence[str]) -> dict[str, Any]:
     """The algorithms' colours of every figure of the suite (``eval.colors``)."""
-    from constrained_grpo.eval.colors import algo_colors
+    from constrained_grpo.eval.scoring.colors import algo_colors
 
     return algo_colors(algos)
 
@@ -738,7 +738,7 @@ def analyze(
     summary = summarize(table)
     optimum = runs[0].optimum
     if command is None:
-        command = "python -m constrained_grpo.eval.coupling analyze " + shlex.join([str(runs_dir), "--out", str(out)])
+        command = "python -m constrained_grpo.eval.studies.coupling analyze " + shlex.join([str(runs_dir), "--out", str(out)])
     command = f"{bench_command(runs_dir)}\n{command}"
     paths = [out / "coupling_runs.csv", out / "coupling_summary.csv", out / "coupling.md"]
     atomic_write_csv(paths[0], table.to_dict("records"))
@@ -793,7 +793,7 @@ def bench_command(runs_dir: str | Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.coupling",
+    parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.studies.coupling",
                                      description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="controlled demonstration: effective weights on a fixed batch (no training)")
@@ -821,10 +821,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.runs_dir.is_dir():
         parser.error(f"RUNS_DIR {str(args.runs_dir)!r} is not a directory; write it with "
                      f"`cgrpo bench --preset coupling --out {args.runs_dir}`")
-    from constrained_grpo.eval.loader import ResultsError
+    from constrained_grpo.eval.scoring.loader import ResultsError
 
     argv_used = list(sys.argv[1:] if argv is None else argv)
-    command = "python -m constrained_grpo.eval.coupling " + shlex.join(argv_used)
+    command = "python -m constrained_grpo.eval.studies.coupling " + shlex.join(argv_used)
     try:
         analyze(args.runs_dir, args.out, allow_incomplete=args.allow_incomplete, command=command)
     except (ResultsError, ValueError) as err:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-from constrained_grpo.eval.stability import limit_scale
+from constrained_grpo.eval.scoring.stability import limit_scale
 
 __all__ = [
     "ALPHA",

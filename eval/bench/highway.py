@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 
 #: (task id, steps per timed run).
 TASKS: tuple[tuple[str, int], ...] = (

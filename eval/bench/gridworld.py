@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from constrained_grpo.eval.speed import write_rows
+from constrained_grpo.eval.bench import write_rows
 from constrained_grpo.tasks import make_env, make_vec_env
 
 TASKS = ("Grid/HazardFuel-v0", "Grid/HazardFuelSlip-v0")
