@@ -15,13 +15,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GAMMA", "MASK64", "categorical_from_uniform", "episode_uniforms", "gaussian_from_uniform", "noise_dims", "splitmix64"]
+__all__ = ["GAMMA", "MASK64", "categorical_from_uniform", "episode_choice", "episode_uniforms", "gaussian_from_uniform", "noise_dims", "splitmix64"]
 
 #: SplitMix64's increment (the golden ratio in 64 bits) and the 64-bit mask.
 GAMMA = 0x9E3779B97F4A7C15
 MASK64 = (1 << 64) - 1
 _GAMMA = np.uint64(GAMMA)
 _SALT = np.uint64(0xC2B2AE3D27D4EB4F)  # an odd multiplier no task's own draws use
+_CHOICE_SALT = np.uint64(0x165667B19E3779F9)  # another, for the per-episode choice of a mixture
 
 
 def splitmix64(x: Any) -> Any:
@@ -51,6 +52,19 @@ def episode_uniforms(reset_seeds: np.ndarray | int, step: np.ndarray | int, dims
         counter = (t * np.uint64(dims))[:, None] + np.arange(dims, dtype=np.uint64) + np.uint64(1)
         bits = splitmix64(keys[:, None] + counter * _GAMMA) >> np.uint64(11)
     return (bits.astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+
+
+def episode_choice(reset_seeds: np.ndarray | int, n: int) -> np.ndarray:
+    """Which of ``n`` policies a mixture plays in the episode reset with each seed, ``(B,)``:
+    ``floor(n u)`` with ``u = (h(s * SALT') >> 11 + 1/2) / 2^53``, a draw no action uses, so a
+    mixture's episode, like any policy's, is a function of its reset seed alone."""
+    if n < 1:
+        raise ValueError(f"n={n!r}: a mixture needs at least one policy")
+    seeds = np.atleast_1d(np.asarray(reset_seeds, dtype=np.int64)).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        bits = splitmix64(seeds * _CHOICE_SALT) >> np.uint64(11)
+    u = (bits.astype(np.float64) + 0.5) * (1.0 / (1 << 53))
+    return np.minimum((u * n).astype(np.int64), n - 1)
 
 
 def noise_dims(action_space: object) -> int:

@@ -31,7 +31,7 @@ from constrained_grpo.schema import EVAL_POLICIES
 from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 from constrained_grpo.eval.scoring.verdict import ALPHA, TOL, check_eval_size, plan_episodes
 
-__all__ = ["EVAL_SEED", "WAVE", "EvalProtocol", "evaluate_agent", "play_batched", "play_serial"]
+__all__ = ["EVAL_SEED", "WAVE", "BeginEpisodes", "EvalProtocol", "evaluate_agent", "play_batched", "play_serial"]
 
 #: Reset seed of the first final-evaluation episode: episode i of every run, whatever its
 #: algorithm or training seed, starts from ``reset(seed=EVAL_SEED + i)``, so that all
@@ -76,14 +76,23 @@ class EvalProtocol:
                 "owner": self.owner, "sampler": self.sampler, "batched": self.batched, "rule": dict(self.rule)}
 
 
-def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int) -> EvalResult:
+#: ``begin_episodes(reset_seeds (B,))``: an agent's optional hook, called as each batch of rows
+#: starts its episodes (a mixture policy picks each episode's member from its reset seed).
+BeginEpisodes = Callable[[np.ndarray], None]
+
+
+def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int,
+                begin: BeginEpisodes | None = None) -> EvalResult:
     """One episode after another on ``env``: episode j from ``reset(seed=seeds[j])``, actions
-    ``act_batch(obs[None], deterministic, episode_uniforms(seeds[j], t, D))[0]``."""
+    ``act_batch(obs[None], deterministic, episode_uniforms(seeds[j], t, D))[0]`` (after
+    ``begin([seeds[j]])`` where the agent has the hook)."""
     dims = noise_dims(env.action_space)
     n = len(seeds)
     returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
     for j, seed in enumerate(seeds):
         obs, _ = env.reset(seed=int(seed))
+        if begin is not None:
+            begin(np.array([int(seed)], dtype=np.int64))
         t, done = 0, False
         while not done:
             u = episode_uniforms(int(seed), t, dims)
@@ -98,7 +107,8 @@ def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Seque
 
 
 def play_batched(
-    make_vec: Callable[[int], Any], act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int, wave: int = WAVE
+    make_vec: Callable[[int], Any], act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int, wave: int = WAVE,
+    begin: BeginEpisodes | None = None,
 ) -> EvalResult:
     """The same episodes as :func:`play_serial`, ``wave`` at a time on a vector env with
     same-step autoreset (``make_vec(num_envs)``): every slot is reset with its episode's seed,
@@ -118,6 +128,8 @@ def play_batched(
                 size = b
                 vec = make_vec(size)
             obs, _ = vec.reset(seed=[int(s) for s in part])
+            if begin is not None:
+                begin(part)
             alive = np.ones(b, dtype=bool)
             ret, cost, length = np.zeros(b), np.zeros((b, k)), np.zeros(b, dtype=np.int64)
             t = 0
@@ -202,9 +214,11 @@ def evaluate_agent(
             if text:
                 return _forked(first_seed + start, lambda: evaluate(count, deterministic=det, seed=first_seed + start))
             if callable(act_batch):
+                begin = getattr(agent, "begin_episodes", None)
+                begin = begin if callable(begin) else None
                 if use_batched:
-                    return play_batched(lambda b: make_vec_env(task, b, **kwargs), act_batch, det, seeds, k)
-                return play_serial(env, act_batch, det, seeds, k)
+                    return play_batched(lambda b: make_vec_env(task, b, **kwargs), act_batch, det, seeds, k, begin=begin)
+                return play_serial(env, act_batch, det, seeds, k, begin=begin)
 
             def serial() -> EvalResult:
                 if callable(getattr(agent, "seed_evaluation", None)):

@@ -343,10 +343,10 @@ PRESETS: dict[str, Preset] = {
         # ppo-lag with dual ascent and the rules, at the coupling budget; evaluation by the plan.
         Preset(
             "last-iterate",
-            "final policy vs average iterate for each multiplier rule: 3 gridworlds x 10 configurations x "
+            "final policy vs average iterate for each multiplier rule and remedy: 3 gridworlds x 12 configurations x "
             "10 seeds x 3M steps, about 2 h on 2 cores (--workers 2)",
             tasks=("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelMud-v0"),
-            algos=("cgrpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo",
+            algos=("cgrpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo", "cgrpo-best", "cgrpo-mix",
                    "ppo-lag", "ppo-lag-ogda", "ppo-lag-al"),
             seeds=tuple(range(10)),
             steps=3_000_000,

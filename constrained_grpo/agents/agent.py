@@ -19,6 +19,7 @@ and ``load``. Saved runs are a directory::
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Callable
@@ -32,12 +33,12 @@ from safetensors.torch import save_file
 
 from constrained_grpo.agents.checkpoint import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config
-from constrained_grpo.options import merge_options
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
-from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
+from constrained_grpo.options import CheckpointError, merge_options, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
+from constrained_grpo.sampling import episode_choice
 from constrained_grpo.tasks import make_env, rollout_episodes, task_info
 
 __all__ = [
@@ -122,6 +123,51 @@ class GRPOAgent:
         self.trainer = GRPOTrainer(cfg, self.adapter, self.policy, torch.Generator().manual_seed(self.seed + 1))
         self._eval_env = None
         self._eval_generator = torch.Generator().manual_seed(cfg.eval_seed)
+        self._deployed: list[torch.nn.Module] | None = None  # built from the trainer's snapshots on first use
+        self._choices: np.ndarray | None = None  # the mixture's snapshot per row (begin_episodes)
+
+    # --- the deployed policy (constrained_grpo.agents.final_policy) --------------------
+    def deployed_policies(self) -> list[torch.nn.Module]:
+        """The policies deployed after training: ``[policy]`` for the last iterate (and where a
+        remedy found nothing to keep), the best feasible snapshot, or the tail mixture's."""
+        if self._deployed is None:
+            kept = self.trainer.final.deployed()
+            if not kept:
+                self._deployed = [self.policy]
+            else:
+                self._deployed = []
+                for params in kept:
+                    module = copy.deepcopy(self.policy)
+                    with torch.no_grad():
+                        for p, v in zip(module.parameters(), params):
+                            p.copy_(v)
+                    self._deployed.append(module)
+        return self._deployed
+
+    def begin_episodes(self, reset_seeds: np.ndarray) -> None:
+        """The harness starts episodes with these reset seeds, one per row of the next
+        ``act_batch`` calls: a mixture plays snapshot ``episode_choice(seed, n)`` in each."""
+        n = len(self.deployed_policies())
+        self._choices = episode_choice(np.asarray(reset_seeds), n) if n > 1 else None
+
+    def _forward(self, fn: Callable[..., torch.Tensor], obs_t: torch.Tensor, *rows_of: np.ndarray) -> torch.Tensor:
+        """``fn(policy, obs, *rows_of)`` with each row's deployed policy: one call per snapshot
+        on its rows of ``obs_t`` and of the per-row arrays ``rows_of`` (e.g. the draws)."""
+        policies = self.deployed_policies()
+        if len(policies) == 1:
+            return fn(policies[0], obs_t, *rows_of)
+        choices = self._choices
+        if choices is None or len(choices) != len(obs_t):
+            choices = np.zeros(len(obs_t), dtype=np.int64)  # no begin_episodes for these rows: the first snapshot
+        out: torch.Tensor | None = None
+        for j in np.unique(choices):
+            idx = np.flatnonzero(choices == j)
+            part = fn(policies[int(j)], obs_t[torch.as_tensor(idx)], *(a[idx] for a in rows_of))
+            if out is None:
+                out = torch.empty((len(obs_t), *part.shape[1:]), dtype=part.dtype)
+            out[torch.as_tensor(idx)] = part
+        assert out is not None
+        return out
 
     # --- Contract 2 -------------------------------------------------------------------
     @property
@@ -139,6 +185,7 @@ class GRPOAgent:
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> "GRPOAgent":
         """Train for ``total_env_steps`` env steps, calling ``log(record)`` every iteration."""
         self.trainer.train(total_env_steps, log)
+        self._deployed, self._choices = None, None
         return self
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> Any:
@@ -146,9 +193,9 @@ class GRPOAgent:
         with torch.no_grad():
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(1, -1))
             if deterministic:
-                action = self.policy.mode(obs_t)
+                action = self._forward(lambda pi, o: pi.mode(o), obs_t)
             else:
-                action, _ = self.policy.sample(obs_t, self._eval_generator)
+                action = self._forward(lambda pi, o: pi.sample(o, self._eval_generator)[0], obs_t)
         return self.adapter.env_action(action)[0]
 
     def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
@@ -157,7 +204,10 @@ class GRPOAgent:
         (:mod:`constrained_grpo.sampling`), so that an episode does not depend on its batch."""
         with torch.no_grad():
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
-            action = self.policy.mode(obs_t) if deterministic else self.policy.from_uniform(obs_t, uniforms)
+            if deterministic:
+                action = self._forward(lambda pi, o: pi.mode(o), obs_t)
+            else:
+                action = self._forward(lambda pi, o, u: pi.from_uniform(o, u), obs_t, np.asarray(uniforms))
         return self.adapter.env_action(action)
 
     def seed_evaluation(self, seed: int) -> None:
@@ -209,6 +259,7 @@ class GRPOAgent:
                 "use constrained_grpo.agents.load_agent(path) to rebuild that agent"
             )
         load_trained_state(src, self.policy, self.trainer, "policy weights and optimiser state", "saved GRPO agent")
+        self._deployed, self._choices = None, None
         return self
 
 

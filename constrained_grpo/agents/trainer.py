@@ -27,6 +27,7 @@ from torch import nn
 
 from constrained_grpo.agents.advantages import compute_advantages, effective_weights
 from constrained_grpo.agents.config import GRPOConfig
+from constrained_grpo.agents.final_policy import FinalPolicyKeeper
 from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
 from constrained_grpo.optimism import OptimisticStep
@@ -152,6 +153,7 @@ class GRPOTrainer:
         )
         self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 else None
         self.optimism = OptimisticStep(config.policy_optimism)
+        self.final = FinalPolicyKeeper(config.final_policy, np.asarray(adapter.limits, dtype=np.float64), config.final_snapshots)
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0  # training time accumulated over every learn() call
@@ -198,6 +200,7 @@ class GRPOTrainer:
         eff_w = effective_weights(x, lambdas_used, spec)  # [1+K]
         t_adv = time.perf_counter()
 
+        collected = [p.detach().clone() for p in self.policy.parameters()] if self.final.active else None
         self.optimism.before(list(self.policy.parameters()))
         losses = self._update(batch, torch.as_tensor(adv.reshape(-1), dtype=torch.float32))
         self.optimism.after(list(self.policy.parameters()))
@@ -210,7 +213,9 @@ class GRPOTrainer:
             self.reference = self._frozen_copy()
         t_end = time.perf_counter()
 
+        steps_before = self.env_steps
         self.env_steps += int(batch.env_steps)
+        self.final.observe(collected, steps_before, self.env_steps, float(x[..., 0].mean()), mean_costs, self.iteration)
         self.wall_s += t_end - t0
         record: dict[str, Any] = {
             "iteration": self.iteration,
@@ -410,6 +415,7 @@ class GRPOTrainer:
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps={total_env_steps!r} must be >= 1")
         target = self.env_steps + int(total_env_steps)
+        self.final.begin(self.env_steps, target)
         records: list[dict[str, Any]] = []
         while self.env_steps < target:
             record = self.step()
@@ -428,6 +434,7 @@ class GRPOTrainer:
                 if torch.is_tensor(value):
                     tensors[f"optim.{idx}.{key}"] = value.detach().clone().reshape(value.shape or (1,))
         tensors.update(self.optimism.tensors())
+        tensors.update(self.final.tensors())
         return tensors
 
     def load_optimizer_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
@@ -435,6 +442,7 @@ class GRPOTrainer:
         state_dict = self.optimizer.state_dict()
         state: dict[int, dict[str, torch.Tensor]] = {}
         self.optimism.load_tensors(tensors)
+        self.final.load_tensors(tensors)
         for name, value in tensors.items():
             if not name.startswith("optim."):
                 continue
@@ -446,12 +454,15 @@ class GRPOTrainer:
 
     def state(self) -> dict[str, Any]:
         """JSON-safe trainer state: counters and multipliers."""
-        return {
+        state = {
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "wall_s": self.wall_s,
             "multiplier": None if self.multiplier is None else self.multiplier.state_dict(),
         }
+        if self.final.active:
+            state["final_policy"] = self.final.state()
+        return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         """Inverse of :meth:`state`."""
@@ -460,3 +471,4 @@ class GRPOTrainer:
         self.wall_s = float(state.get("wall_s", 0.0))
         if self.multiplier is not None and state.get("multiplier") is not None:
             self.multiplier.load_state_dict(state["multiplier"])
+        self.final.load_state(state.get("final_policy"))

@@ -110,6 +110,18 @@ _TABLE: tuple[Variant, ...] = (
         "GRPO with CRPO's switch: the reward's z-score while every cost is within its limit, else the most violated cost's (arXiv 2011.05869)",
         {"multiplier": {"rule": "crpo"}},
     ),
+    # Remedies that leave training as it is (constrained_grpo.agents.final_policy): the same
+    # runs as ``cgrpo`` seed for seed, another policy deployed.
+    Variant(
+        "cgrpo-best",
+        "cgrpo deploying its best feasible iterate: the top batch return among iterations whose batch costs met every limit",
+        {"final_policy": "best-feasible"},
+    ),
+    Variant(
+        "cgrpo-mix",
+        "cgrpo deploying its average iterate: a mixture of 10 policies of the last 20% of training, one per episode",
+        {"final_policy": "tail-mixture"},
+    ),
 )
 
 #: Variants by registry name.

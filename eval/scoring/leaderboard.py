@@ -341,6 +341,13 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         row["greedy_feasible_seeds"] = int(g["greedy_feasible"].sum()) if g["greedy_return"].notna().all() else -1
         row["tail_return"] = float(np.mean(g["final_return"]))
         row["tail_feasible_seeds"] = int(g["tail_feasible"].sum())
+        # The average iterate's score with the final score's interval, and the final policy's
+        # gain over it paired by seed (negative: the deployed policy scores below the tail).
+        tail = g["tail_score"].to_numpy(dtype=float)
+        gap = g["score"].to_numpy(dtype=float) - tail
+        for key, x in (("tail_score", tail), ("iterate_gap", gap)):
+            row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], np.mean, reps=reps, seed=seed)
+            row[f"{key}_same"] = bool((x == x[0]).all())
         stab = g["stability"].to_numpy(dtype=float)
         row["stuck_seeds"] = int((g["stability_class"].astype(str) == "stuck").sum()) if "stability_class" in g else 0
         if np.isfinite(stab).all():
@@ -398,7 +405,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     for c in meta.constraints:
         header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
     header += ["greedy return", "greedy feasible", "avg-iterate return", "avg-iterate feasible",
-               "λ stability [95% CI]", "λ class", "cost tracking", "‖λ-λ*‖", "not separated from"]
+               "avg-iterate score mean [95% CI]", "final - avg-iterate score [95% CI]", "λ stability [95% CI]", "λ class", "cost tracking", "‖λ-λ*‖", "not separated from"]
     rows = []
     for r in df.to_dict("records"):
         n = int(r["seeds"])
@@ -417,6 +424,8 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
             cells += [_num(r[f"cost_{k}"]), _num(r[f"within_{k}"], 2), _num(r[f"violation_{k}"])]
         greedy = "—" if int(r["greedy_feasible_seeds"]) < 0 else _frac(int(r["greedy_feasible_seeds"]), n)
         cells += [_num(r["greedy_return"]), greedy, _num(r["tail_return"]), _frac(int(r["tail_feasible_seeds"]), n),
+                  _ci(r["tail_score"], r["tail_score_lo"], r["tail_score_hi"], n, same=r["tail_score_same"]),
+                  _ci(r["iterate_gap"], r["iterate_gap_lo"], r["iterate_gap_hi"], n, same=r["iterate_gap_same"]),
                   _ci(r["stability"], r["stability_lo"], r["stability_hi"], n, same=r["stability_same"]), str(r["stability_class"]) or "—",
                   _num(r["tracking"]), _num(r["lambda_dist"]), str(r["not_separated"]) or "—"]
         rows.append(tuple(cells))
@@ -721,6 +730,10 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("greedy feasible", "seeds whose greedy policy is feasible"),
     ("avg-iterate return", "mean return over the last 20% of training iterations (the average iterate)"),
     ("avg-iterate feasible", "seeds (or runs) whose average iterate is feasible"),
+    ("avg-iterate score", "the constraint-aware score of the average iterate (its return and costs over the last 20% "
+     "of training iterations), mean over seeds [95% bootstrap interval, as the final policy's score]"),
+    ("final - avg-iterate score", "the final policy's score minus its average iterate's, paired by seed: mean "
+     "[95% bootstrap interval]; below 0, the deployed policy scores worse than the training tail"),
     ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.scoring.stability), IQM [95% interval]"),
     ("λ class", "most common stability class of the multipliers over seeds"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
