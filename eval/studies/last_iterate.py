@@ -7,8 +7,15 @@ multiplier rule of :mod:`constrained_grpo.multipliers` (``cgrpo-*`` variants) an
 with dual ascent and the last-iterate rules, on three gridworlds, and scores both iterates
 of every run with the leaderboard's rules::
 
-    cgrpo bench --preset last-iterate --workers 2 --out results/last_iterate/runs
-    python -m constrained_grpo.eval.studies.last_iterate analyze results/last_iterate/runs --out results/last_iterate
+    cgrpo bench --preset last-iterate --workers 2 --out runs/last-iterate
+    python -m constrained_grpo.eval.studies.last_iterate analyze runs/last-iterate --out results/last_iterate
+    python -m constrained_grpo.eval.studies.last_iterate report results/last_iterate
+
+``analyze`` scores the run directories into ``runs.csv`` (one row per run: both verdicts,
+both returns, the stability class) and ``traces.csv.gz`` (the training traces of each
+algorithm's first seed), then writes the report from those two files, which is what
+``report`` does alone: the committed report regenerates from the committed tables, and the
+per-episode logs from the bench command (about 2 h on 2 cores).
 
 For each (task, algorithm): final-policy feasibility by the verdict of this round (exact
 one-sided bounds at the family's planned evaluation size; ``undetermined`` is not within),
@@ -147,7 +154,9 @@ def render_markdown(summary: pd.DataFrame, command: str) -> str:
         f"Goal on {GOAL_TASK}: final policy within on at least {GOAL_SEEDS}/10 seeds, its normalised return's "
         f"interval at or above {GOAL_RETURN} (`undetermined` where the interval straddles it), average iterate within too.",
         "",
-        f"Regenerate: `{command}`.",
+        f"Regenerate from the committed tables: `{command}`; the runs themselves: `cgrpo bench --preset last-iterate "
+        "--workers 2 --out runs/last-iterate`, then `python -m constrained_grpo.eval.studies.last_iterate analyze "
+        "runs/last-iterate --out results/last_iterate`.",
         "",
     ]
     for task, g in summary.groupby("task", sort=False):
@@ -178,46 +187,53 @@ def render_markdown(summary: pd.DataFrame, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _traces_figure(table: pd.DataFrame, runs: pd.DataFrame, metas: dict, task: str, seed: int, out: Path) -> Path:
+def _traces_figure(traces: pd.DataFrame, task: str, out: Path) -> Path:
     """Costs relative to their limits and the multipliers over training, one row per algorithm (one seed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from constrained_grpo.eval.scoring.colors import algo_colors
-
-    meta = metas[task]
-    algos = [a for a in ALGOS if a in set(runs.loc[runs["task"] == task, "algo"])]
-    fig, axes = plt.subplots(len(algos), 2, figsize=(10, 1.6 * len(algos) + 0.8), sharex=True, squeeze=False)
-    colors = algo_colors([c.name for c in meta.constraints])
+    t = traces[traces["task"] == task]
+    names = sorted(c[len("ratio_"):] for c in t.columns if c.startswith("ratio_") and t[c].notna().any())
+    algos = [a for a in ALGOS if a in set(t["algo"])] + sorted(set(t["algo"]) - set(ALGOS))
+    fig, axes = plt.subplots(len(algos), 2, figsize=(10, 1.5 * len(algos) + 0.8), sharex=True, squeeze=False)
+    colors = dict(zip(names, ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")))
     for i, algo in enumerate(algos):
-        tr = table[(table["task"] == task) & (table["algo"] == algo) & (table["seed"] == seed) & (table["kind"] == "train")]
-        tr = tr.sort_values("iteration")
+        tr = t[t["algo"] == algo].sort_values("iteration")
         steps = tr["env_steps"].to_numpy(float) / 1e6
-        for c in meta.constraints:
-            axes[i, 0].plot(steps, tr[f"cost_{c.name}"].to_numpy(float) / c.limit, lw=0.8, color=colors[c.name], label=c.name)
-            col = f"lambda_{c.name}"
-            if col in tr:
-                axes[i, 1].plot(steps, tr[col].to_numpy(float), lw=0.8, color=colors[c.name], label=c.name)
+        for k in names:
+            axes[i, 0].plot(steps, tr[f"ratio_{k}"].to_numpy(float), lw=0.7, color=colors[k], label=k)
+            if f"lambda_{k}" in tr and tr[f"lambda_{k}"].notna().any():
+                axes[i, 1].plot(steps, tr[f"lambda_{k}"].to_numpy(float), lw=0.7, color=colors[k], label=k)
         axes[i, 0].axhline(1.0, color="k", lw=0.6, ls="--")
         axes[i, 0].axhline(1.0 + TOL, color="k", lw=0.4, ls=":")
+        axes[i, 0].set_ylim(0.0, 3.0)  # the hazard spikes reach 8-10 d: clipped, so that the band at d stays legible
         axes[i, 0].set_ylabel(algo, rotation=0, ha="right", va="center", fontsize=8)
-    axes[0, 0].set_title("batch cost / limit (dashed: limit, dotted: tolerance)", fontsize=9)
-    axes[0, 1].set_title("multiplier (CRPO: the switch)", fontsize=9)
-    axes[0, 1].legend(fontsize=7, loc="upper right")
+    axes[0, 0].set_title("batch cost / limit, clipped at 3 (dashed: the limit, dotted: its tolerance)", fontsize=9)
+    axes[0, 1].set_title("multiplier (CRPO: its switch)", fontsize=9)
+    axes[0, 0].legend(fontsize=7, loc="upper right")
     for ax in axes[-1]:
         ax.set_xlabel("env steps (M)")
+    seed = int(t["seed"].min()) if len(t) else 0
     fig.suptitle(f"{task}, seed {seed}", fontsize=10)
     fig.tight_layout()
-    path = out / f"traces_{task.split('/')[-1]}_seed{seed}.png"
-    fig.savefig(path, dpi=110, metadata={"Software": None})
+    path = out / f"traces_{task.split('/')[-1]}.png"
+    fig.savefig(path, dpi=100, metadata={"Software": None})
     plt.close(fig)
     return path
 
 
-def analyze(runs_dir: str | Path, out: str | Path, *, allow_incomplete: bool = False) -> list[Path]:
-    """Write ``last_iterate.md``, ``summary.csv``, ``runs.csv`` and one traces figure per task under ``out``."""
+#: runs.csv: what the summary needs of each run (rounded to 6 digits, the summary is taken from these).
+_RUN_COLUMNS = ("task", "algo", "seed", "feasibility", "tail_feasible", "eval_return_norm", "final_return_norm",
+                "violation", "tail_violation", "stability_class", "eval_episodes")
+RUNS_FILE, TRACES_FILE = "runs.csv", "traces.csv.gz"
+
+
+def collect(runs_dir: str | Path, out: str | Path, *, allow_incomplete: bool = False) -> list[Path]:
+    """Score the run directories under ``runs_dir`` into ``out/runs.csv`` and ``out/traces.csv.gz``."""
+    import gzip
+
     runs_dir, out = Path(runs_dir), Path(out)
     results = load_results(runs_dir, allow_incomplete=allow_incomplete)
     props = algo_properties(runs_dir)
@@ -227,33 +243,73 @@ def analyze(runs_dir: str | Path, out: str | Path, *, allow_incomplete: bool = F
         lambda_max={a: p["lambda_max"] for a, p in props.items()},
     )
     order = {a: i for i, a in enumerate(ALGOS)}
-    runs = runs.sort_values(["task", "algo", "seed"], key=lambda s: s.map(order) if s.name == "algo" else s).reset_index(drop=True)
-    summary = summarize(runs)
+    key = lambda col: col.map(lambda a: order.get(a, len(order))) if col.name == "algo" else col  # noqa: E731
+    runs = runs.sort_values(["task", "algo", "seed"], key=key).reset_index(drop=True)
+    table = results.table
+    first = table[(table["kind"] == "train")].merge(runs.groupby(["task", "algo"])["seed"].min().reset_index())
+    frames = []
+    for task, g in first.groupby("task", sort=True):
+        cols = {"task": g["task"], "algo": g["algo"], "seed": g["seed"], "iteration": g["iteration"], "env_steps": g["env_steps"]}
+        for c in results.tasks[task].constraints:
+            cols[f"ratio_{c.name}"] = g[f"cost_{c.name}"] / c.limit
+            if f"lambda_{c.name}" in g:
+                cols[f"lambda_{c.name}"] = g[f"lambda_{c.name}"]
+        frames.append(pd.DataFrame(cols))
+    traces = pd.concat(frames, ignore_index=True).sort_values(["task", "algo", "iteration"], key=key)
     out.mkdir(parents=True, exist_ok=True)
-    command = "python -m constrained_grpo.eval.studies.last_iterate analyze " + shlex.join([str(runs_dir), "--out", str(out)])
+    atomic_write_csv(out / RUNS_FILE, runs[list(_RUN_COLUMNS)].round(6).to_dict("records"))
+    text = traces.round(6).to_csv(index=False, lineterminator="\n")
+    tmp = out / (TRACES_FILE + ".tmp")
+    with open(tmp, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0, filename="") as gz:
+        gz.write(text.encode("utf-8"))
+    tmp.replace(out / TRACES_FILE)
+    return [out / RUNS_FILE, out / TRACES_FILE]
+
+
+def report(out: str | Path, command: str | None = None) -> list[Path]:
+    """``last_iterate.md``, ``summary.csv`` and one traces figure per task from ``out/runs.csv``
+    and ``out/traces.csv.gz``."""
+    out = Path(out)
+    for name in (RUNS_FILE, TRACES_FILE):
+        if not (out / name).is_file():
+            raise FileNotFoundError(f"{out / name} is missing; run `python -m constrained_grpo.eval.studies.last_iterate analyze RUNS --out {out}` first")
+    runs = pd.read_csv(out / RUNS_FILE, keep_default_na=False, na_values=[""])
+    runs["tail_feasible"] = runs["tail_feasible"].astype(str).str.lower().eq("true")
+    summary = summarize(runs)
+    command = command or "python -m constrained_grpo.eval.studies.last_iterate report " + shlex.quote(str(out))
     atomic_write_text(out / "last_iterate.md", render_markdown(summary, command))
     atomic_write_csv(out / "summary.csv", summary.round(6).to_dict("records"))
-    atomic_write_csv(out / "runs.csv", runs[[c for c in _RUN_COLUMNS if c in runs]].round(6).to_dict("records"))
-    written = [out / "last_iterate.md", out / "summary.csv", out / "runs.csv"]
+    written = [out / "last_iterate.md", out / "summary.csv"]
+    traces = pd.read_csv(out / TRACES_FILE)
     for task in summary["task"].unique():
-        written.append(_traces_figure(results.table, runs, results.tasks, task, int(runs["seed"].min()), out))
+        written.append(_traces_figure(traces, task, out))
     return written
 
 
-_RUN_COLUMNS = ("task", "algo", "seed", "feasibility", "tail_feasible", "eval_return_norm", "final_return_norm",
-                "violation", "tail_violation", "stability_class", "eval_episodes")
+def analyze(runs_dir: str | Path, out: str | Path, *, allow_incomplete: bool = False) -> list[Path]:
+    """:func:`collect`, then :func:`report`."""
+    paths = collect(runs_dir, out, allow_incomplete=allow_incomplete)
+    return paths + report(out)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m constrained_grpo.eval.studies.last_iterate",
                                      description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    a = sub.add_parser("analyze", help="tables and figures from the runs of `cgrpo bench --preset last-iterate`")
+    a = sub.add_parser("analyze", help="score the runs of `cgrpo bench --preset last-iterate`, then report")
     a.add_argument("runs", type=Path)
     a.add_argument("--out", type=Path, required=True)
     a.add_argument("--allow-incomplete", action="store_true", help="score the complete runs, list the rest")
+    r = sub.add_parser("report", help="the report and figures from DIR/runs.csv and DIR/traces.csv.gz")
+    r.add_argument("dir", type=Path)
     args = parser.parse_args(argv)
-    for p in analyze(args.runs, args.out, allow_incomplete=args.allow_incomplete):
+    if args.cmd == "analyze":
+        if not args.runs.is_dir():
+            parser.error(f"{args.runs} is not a directory of runs; run `cgrpo bench --preset last-iterate --out {args.runs}` first")
+        paths = analyze(args.runs, args.out, allow_incomplete=args.allow_incomplete)
+    else:
+        paths = report(args.dir)
+    for p in paths:
         print(p)
     return 0
 
