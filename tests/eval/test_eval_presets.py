@@ -14,9 +14,9 @@ def test_presets_name_registered_tasks():
         tasks = preset.resolved_tasks()
         assert tasks and set(tasks) <= set(list_tasks())
         assert preset.steps > 0 and preset.seeds
-        # The experiments (coupling, demo) name their own algorithms; the benchmark presets run the
+        # The experiments (coupling, demo, last-iterate) name their own algorithms; the benchmark presets run the
         # suite's (paper adds the OmniSafe-matched baselines, for its Safety tasks).
-        assert preset.algos[: len(DEFAULT_ALGOS)] == DEFAULT_ALGOS or preset.name in ("coupling", "demo", "curves")
+        assert preset.algos[: len(DEFAULT_ALGOS)] == DEFAULT_ALGOS or preset.name in ("coupling", "demo", "curves", "last-iterate")
     assert PRESETS["quick"].resolved_tasks() == ("Grid/HazardFuel-v0",)
     families = {t.split("/")[0] for t in PRESETS["standard"].resolved_tasks()}
     assert families == {"Grid", "Highway", "Math"}
