@@ -8,12 +8,14 @@ training, only snapshots of the policy taken as it trains (``GRPOConfig.final_po
   whose batch mean costs were all within their limits, ``Jhat_k <= d_k`` (the snapshot is the
   policy that collected that batch). The batch estimates are noisy, so the choice favours
   iterates whose batch was lucky; the harness's evaluation then says what was kept.
-* ``tail-mixture``: the average iterate made deployable. ``n`` snapshots are taken at evenly
-  spaced env-step marks over the last ``tail`` (20%) of the ``learn`` call's budget, the
-  window the average iterate is scored on; an episode plays snapshot
-  ``constrained_grpo.sampling.episode_choice(reset_seed, n)``, so the mixture's expected
-  costs are the mean of its snapshots' (the average iterate's, up to the snapshot grid) and
-  each episode is still a function of its reset seed.
+* ``tail-mixture``: the average iterate made deployable. The average iterate is scored on the
+  last ``m = ceil(0.2 T)`` of a run's ``T`` iterations (``metrics.tail_length``), each
+  iteration weighing the same; the mixture keeps ``n`` of those iterations' policies, evenly
+  spaced by iteration (not by env step: iterations of long episodes use more steps, and
+  spacing by steps would over-represent them), and an episode plays snapshot
+  ``constrained_grpo.sampling.episode_choice(reset_seed, n)``. Its expected costs are the
+  mean of its members', the average iterate's up to the grid of ``n`` members, and each
+  episode is still a function of its reset seed.
 
 ``last`` (the default) deploys the last iterate.
 """
@@ -29,8 +31,11 @@ import torch
 __all__ = ["FINAL_POLICIES", "FinalPolicyKeeper"]
 
 FINAL_POLICIES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
-#: Share of a learn call's budget whose policies the tail mixture averages (the average iterate's tail).
+#: Share of a learn call's iterations whose policies the tail mixture averages (the average iterate's tail).
 TAIL = 0.2
+#: Policies are buffered from this share of the budget on: the tail's iterations start later
+#: unless the last iterations use far fewer env steps than the first.
+BUFFER_FROM = 0.6
 
 
 class FinalPolicyKeeper:
@@ -47,7 +52,9 @@ class FinalPolicyKeeper:
         self.kept: list[list[torch.Tensor]] = []
         self.best_return = -math.inf
         self.best_iteration: int | None = None
-        self.marks: list[float] = []
+        self._buffer: list[list[torch.Tensor]] = []
+        self._buffer_from = 0.0
+        self._iterations = 0
 
     @property
     def active(self) -> bool:
@@ -55,14 +62,12 @@ class FinalPolicyKeeper:
         return self.rule != "last"
 
     def begin(self, start_steps: int, target_steps: int) -> None:
-        """A ``learn`` call from ``start_steps`` to ``target_steps``: the mixture's marks are
-        the midpoints of ``n`` equal parts of its last ``TAIL`` (a new call starts a new tail)."""
+        """A ``learn`` call from ``start_steps`` to ``target_steps`` (the mixture of a new call is
+        taken over that call's iterations)."""
         if self.rule != "tail-mixture":
             return
-        tail_start = start_steps + (1 - TAIL) * (target_steps - start_steps)
-        width = (target_steps - tail_start) / self.n
-        self.marks = [tail_start + (j + 0.5) * width for j in range(self.n)]
-        self.kept = []
+        self._buffer, self._iterations = [], 0
+        self._buffer_from = start_steps + BUFFER_FROM * (target_steps - start_steps)
 
     def observe(self, params: list[torch.Tensor] | None, steps_before: int, steps_after: int,
                 batch_return: float, batch_costs: np.ndarray, iteration: int) -> None:
@@ -75,9 +80,20 @@ class FinalPolicyKeeper:
                 self.best_return, self.best_iteration = float(batch_return), int(iteration)
                 self.kept = [params]
         elif self.rule == "tail-mixture":
-            while self.marks and steps_after > self.marks[0]:
-                self.marks.pop(0)
-                self.kept.append(params)
+            self._iterations += 1
+            if steps_before >= self._buffer_from:
+                self._buffer.append(params)
+
+    def finish(self) -> None:
+        """The end of a ``learn`` call: the mixture keeps ``n`` policies of its last
+        ``m = ceil(0.2 T)`` iterations, member ``j`` the one at position ``floor((j + 1/2) m / n)``."""
+        if self.rule != "tail-mixture" or not self._buffer:
+            return
+        m = max(1, math.ceil(TAIL * self._iterations))
+        tail = self._buffer[-m:]
+        count = min(self.n, len(tail))
+        self.kept = [tail[int((j + 0.5) * len(tail) / count)] for j in range(count)]
+        self._buffer = []
 
     def deployed(self) -> list[list[torch.Tensor]]:
         """The parameter lists deployed (empty: the last iterate, also where nothing qualified)."""
@@ -98,7 +114,7 @@ class FinalPolicyKeeper:
 
     def state(self) -> dict[str, Any]:
         return {"rule": self.rule, "best_return": None if not math.isfinite(self.best_return) else self.best_return,
-                "best_iteration": self.best_iteration, "marks": list(self.marks), "kept": len(self.kept)}
+                "best_iteration": self.best_iteration, "kept": len(self.kept)}
 
     def load_state(self, state: dict[str, Any] | None) -> None:
         if not state:
@@ -106,4 +122,3 @@ class FinalPolicyKeeper:
         best = state.get("best_return")
         self.best_return = -math.inf if best is None else float(best)
         self.best_iteration = state.get("best_iteration")
-        self.marks = [float(m) for m in state.get("marks", [])]

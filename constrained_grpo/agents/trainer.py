@@ -422,6 +422,7 @@ class GRPOTrainer:
             records.append(record)
             if log is not None:
                 log(record)
+        self.final.finish()
         return records
 
     # --- persistence ------------------------------------------------------------------

@@ -119,7 +119,7 @@ _TABLE: tuple[Variant, ...] = (
     ),
     Variant(
         "cgrpo-mix",
-        "cgrpo deploying its average iterate: a mixture of 10 policies of the last 20% of training, one per episode",
+        "cgrpo deploying its average iterate: a mixture of 10 policies of its last 20% of iterations, one per episode",
         {"final_policy": "tail-mixture"},
     ),
 )

@@ -3,11 +3,13 @@
 Plain primal-dual updates converge on average, not in the last iterate (ReLOAD, arXiv
 2302.01275): a Lagrangian learner can meet its limits over its training tail while the
 policy a user deploys, the last one, violates them. The study runs ``cgrpo`` with each
-multiplier rule of :mod:`constrained_grpo.multipliers` (``cgrpo-*`` variants) and ``ppo-lag``
-with dual ascent and the last-iterate rules, on three gridworlds, and scores both iterates
-of every run with the leaderboard's rules::
+multiplier rule of :mod:`constrained_grpo.multipliers` and each deployed-policy remedy of
+:mod:`constrained_grpo.agents.final_policy` (``cgrpo-*`` variants) and ``ppo-lag`` with dual
+ascent on three gridworlds, ``ppo-lag``'s last-iterate rules (``ppo-lag-ogda``, ``ppo-lag-al``,
+``crpo``) on Grid/HazardFuel-v0, and scores both iterates of every run with the
+leaderboard's rules::
 
-    cgrpo bench --preset last-iterate --workers 2 --out runs/last-iterate
+    cgrpo bench --preset last-iterate --workers 2 --no-save --out runs/last-iterate
     python -m constrained_grpo.eval.studies.last_iterate analyze runs/last-iterate --out results/last_iterate
     python -m constrained_grpo.eval.studies.last_iterate report results/last_iterate
 
@@ -15,7 +17,7 @@ of every run with the leaderboard's rules::
 both returns, the stability class) and ``traces.csv.gz`` (the training traces of each
 algorithm's first seed), then writes the report from those two files, which is what
 ``report`` does alone: the committed report regenerates from the committed tables, and the
-per-episode logs from the bench command (about 2 h on 2 cores).
+per-episode logs from the bench command (330 runs, about 1 h on 2 cores).
 
 For each (task, algorithm): final-policy feasibility by the verdict of this round (exact
 one-sided bounds at the family's planned evaluation size; ``undetermined`` is not within),

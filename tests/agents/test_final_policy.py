@@ -27,13 +27,17 @@ def test_best_feasible_keeps_the_top_return_among_batches_within_every_limit():
     assert [float(p[0]) for p in keeper.deployed()] == [3.0] and keeper.best_iteration == 3
 
 
-def test_tail_mixture_snapshots_at_the_midpoints_of_the_last_fifth():
+def test_tail_mixture_keeps_evenly_spaced_iterations_of_the_last_fifth():
     keeper = FinalPolicyKeeper("tail-mixture", np.array([1.0]), snapshots=4)
-    keeper.begin(0, 1000)  # tail [800, 1000): marks 825, 875, 925, 975
-    assert keeper.marks == pytest.approx([825, 875, 925, 975])
-    for start in range(0, 1000, 100):  # batches of 100 steps: each mark a batch passes keeps its policy
-        keeper.observe(_p(start), start, start + 100, 0.0, np.zeros(1), start // 100)
-    assert [float(p[0]) for p in keeper.deployed()] == [800, 800, 900, 900]
+    keeper.begin(0, 1000)  # policies buffered from step 600 on
+    steps = 0
+    for it in range(40):  # 40 iterations, the later ones shorter: the tail is the last ceil(0.2 * 40) = 8
+        width = 40 if it < 20 else 10
+        keeper.observe(_p(it), steps, steps + width, 0.0, np.zeros(1), it + 1)
+        steps += width
+    keeper.finish()
+    # The last 8 iterations are 32..39; members at positions floor((j + 1/2) 8 / 4) = 1, 3, 5, 7.
+    assert [float(p[0]) for p in keeper.deployed()] == [33, 35, 37, 39]
 
 
 def test_last_keeps_nothing():
