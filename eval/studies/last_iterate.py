@@ -43,7 +43,7 @@ import pandas as pd
 from scipy import stats as sps
 
 from constrained_grpo.eval.presets import PRESETS
-from constrained_grpo.eval.scoring.loader import algo_properties, load_results
+from constrained_grpo.eval.scoring.loader import ResultsError, algo_properties, load_results
 from constrained_grpo.eval.scoring.metrics import run_metrics
 from constrained_grpo.eval.scoring.verdict import TOL
 from constrained_grpo.files import atomic_write_csv, atomic_write_text
@@ -219,9 +219,9 @@ def _traces_figure(traces: pd.DataFrame, task: str, out: Path) -> Path:
         ax.set_xlabel("env steps (M)")
     seed = int(t["seed"].min()) if len(t) else 0
     fig.suptitle(f"{task}, seed {seed}", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.985))  # room for the suptitle above the column titles
     path = out / f"traces_{task.split('/')[-1]}.png"
-    fig.savefig(path, dpi=100, metadata={"Software": None})
+    fig.savefig(path, dpi=80, metadata={"Software": None})
     plt.close(fig)
     return path
 
@@ -305,12 +305,16 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report", help="the report and figures from DIR/runs.csv and DIR/traces.csv.gz")
     r.add_argument("dir", type=Path)
     args = parser.parse_args(argv)
-    if args.cmd == "analyze":
-        if not args.runs.is_dir():
-            parser.error(f"{args.runs} is not a directory of runs; run `cgrpo bench --preset last-iterate --out {args.runs}` first")
-        paths = analyze(args.runs, args.out, allow_incomplete=args.allow_incomplete)
-    else:
-        paths = report(args.dir)
+    try:
+        if args.cmd == "analyze":
+            if not args.runs.is_dir():
+                parser.error(f"{args.runs} is not a directory of runs; run `cgrpo bench --preset last-iterate --out {args.runs}` first")
+            paths = analyze(args.runs, args.out, allow_incomplete=args.allow_incomplete)
+        else:
+            paths = report(args.dir)
+    except (ResultsError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     for p in paths:
         print(p)
     return 0
