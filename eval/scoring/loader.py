@@ -44,7 +44,7 @@ import json
 import math
 import re
 import unicodedata
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -488,6 +488,36 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def _check_one_experiment(runs: Sequence[Path], root: str | Path) -> None:
+    """Refuse, in one line naming the folders to rank, a root that holds the same (task, algo,
+    seed) in two experiments (e.g. ``results/``, with the standard runs and the coupling runs)."""
+    root = Path(root)
+    seen: dict[tuple[str, str, int], Path] = {}
+    groups: dict[Path, dict[Path, int]] = {}  # root's subfolder -> experiment folders -> runs
+    clash: tuple[tuple[str, str, int], Path, Path] | None = None
+    for path in runs:
+        try:
+            run = storage.read_json(path / storage.CONFIG_FILE)["run"]
+            key = (str(run["task"]), str(run["algo"]), int(run["seed"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # load_run names what is wrong with this run
+        experiment = path.parents[len(storage.run_dir("", *key).parts) - 1]
+        rel = experiment.relative_to(root).parts if experiment != root and root in experiment.parents else ()
+        group = groups.setdefault(root / rel[0] if rel else root, {})
+        group[experiment] = group.get(experiment, 0) + 1
+        if key in seen and clash is None:
+            clash = (key, seen[key], path)
+        seen.setdefault(key, path)
+    if clash is not None:
+        (task, algo, seed), first, second = clash
+        largest = max(groups, key=lambda g: (sum(groups[g].values()), str(g)))
+        suggest = next(iter(groups[largest])) if len(groups[largest]) == 1 else largest
+        raise ResultsError(
+            f"{root} holds {task}/{algo}/seed_{seed} twice ({first} and {second}): it has the runs of several "
+            f"experiments ({', '.join(str(g) for g in sorted(groups))}); rank one folder, e.g. `cgrpo leaderboard {suggest}`"
+        )
+
+
 def load_results(
     root: str | Path,
     *,
@@ -506,6 +536,7 @@ def load_results(
     runs = find_runs(root)
     if not runs:
         raise ResultsError(f"no run directories (with {storage.CONFIG_FILE}) under {root}")
+    _check_one_experiment(runs, root)
     known = None if known_algos is None else set(known_algos)
     frames: list[pd.DataFrame] = []
     tasks: dict[str, TaskMeta] = {}

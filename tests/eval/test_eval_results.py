@@ -264,3 +264,13 @@ def test_load_results_keeps_an_agents_extra_columns(toy_results: Path) -> None:
     table = load_results(toy_results, extra_columns=True).table
     assert "loss" in table.columns and table.loc[table["kind"] == "train", "loss"].notna().any()
     assert "loss" not in load_results(toy_results).table.columns
+
+
+def test_a_folder_of_several_experiments_names_the_one_to_rank(toy_results: Path, tmp_path: Path) -> None:
+    # results/ holds the standard runs and the coupling runs with the same task/algo/seed keys.
+    shutil.copytree(toy_results, tmp_path / "standard")
+    shutil.copytree(toy_results / "Grid", tmp_path / "coupling" / "runs" / "Grid")
+    with pytest.raises(ResultsError, match=r"holds Grid/HazardFuel3x3-v0/.*twice .*experiments "
+                       r"\(.*coupling, .*standard\); rank one folder, e.g. `cgrpo leaderboard .*(standard|coupling/runs)`"):
+        load_results(tmp_path)
+    assert len(load_results(tmp_path / "standard").table)  # one experiment loads as before
