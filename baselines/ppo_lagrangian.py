@@ -179,6 +179,11 @@ class PPOLagrangian(PPO):
                 f"policy_optimism={policy_optimism!r}: {type(self).__name__} has its own update; the optimistic "
                 "policy step is available on PPO-Lagrangian's (ppo-lag, pid-lag and their variants)"
             )
+        if multiplier.config.rule in ("augmented", "crpo") and type(self)._mix_advantages is not PPOLagrangian._mix_advantages:
+            raise ValueError(
+                f"multiplier rule {multiplier.config.rule!r}: {type(self).__name__} mixes its advantage its own way "
+                "and would ignore the rule's weights; use it with ppo-lag or pid-lag, or pick dual_ascent, pid, adam or log_sgd"
+            )
         self.optimism = OptimisticStep(policy_optimism)
         self.multiplier = multiplier
         self.cost_vf_coef = cost_vf_coef

@@ -53,3 +53,5 @@ def test_ppo_lagrangian_optimism_is_saved_and_refused_where_it_does_not_apply(tm
     assert all(torch.equal(a, b) for a, b in zip(again.model.optimism.last_update, agent.model.optimism.last_update))
     with pytest.raises(ValueError, match="has its own update; the optimistic policy step is available on PPO-Lagrangian"):
         make_agent("cpo", TASK, seed=0, policy_optimism=1.0, n_envs=4, n_steps=32, batch_size=64)
+    with pytest.raises(ValueError, match="mixes its advantage its own way and would ignore the rule's weights"):
+        make_agent("rcpo", TASK, seed=0, multiplier={"rule": "crpo"}, n_envs=4, n_steps=32, batch_size=64)
