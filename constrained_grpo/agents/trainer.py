@@ -30,7 +30,6 @@ from constrained_grpo.agents.config import GRPOConfig
 from constrained_grpo.agents.final_policy import FinalPolicyKeeper
 from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
-from constrained_grpo.optimism import OptimisticStep
 from constrained_grpo.nonfinite import (  # the trainer's errors, importable from here too
     NonFiniteError,
     NonFiniteObservationError,
@@ -39,6 +38,7 @@ from constrained_grpo.nonfinite import (  # the trainer's errors, importable fro
     check_finite_observations,
     check_finite_parameters,
 )
+from constrained_grpo.optimism import OptimisticStep
 
 __all__ = [
     "GRPOTrainer",
