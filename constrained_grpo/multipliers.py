@@ -185,13 +185,7 @@ class Multiplier:
 
     def update(self, mean_costs: np.ndarray | list[float]) -> np.ndarray:
         """One multiplier step from the batch estimate of ``J_k``; returns the new values."""
-        j = np.asarray(mean_costs, dtype=np.float64).reshape(-1)
-        if j.shape != self.limits.shape:
-            raise ValueError(
-                f"got {j.size} cost estimate(s) for {self.limits.size} multiplier(s)"
-            )
-        if not np.all(np.isfinite(j)):
-            raise FloatingPointError(f"non-finite cost estimate {j.tolist()} in multiplier update")
+        j = self._estimate(mean_costs)
         self.num_updates += 1
         if self.num_updates <= self.config.warmup:
             return self.values.copy()
@@ -208,12 +202,15 @@ class Multiplier:
         ``R - sum_k lambda_k C_k`` with the current multipliers."""
         return 1.0, self.values.copy()
 
-    def _estimate(self, mean_costs: np.ndarray | list[float] | None) -> np.ndarray | None:
-        if mean_costs is None:
-            return None
+    def _estimate(self, mean_costs: np.ndarray | list[float]) -> np.ndarray:
+        """``mean_costs`` as a float64 ``(K,)``: one finite estimate per multiplier."""
         j = np.asarray(mean_costs, dtype=np.float64).reshape(-1)
-        if j.shape != self.limits.shape or not np.all(np.isfinite(j)):
-            raise ValueError(f"cost estimate {j.tolist()} for {self.limits.size} multiplier(s)")
+        if j.shape != self.limits.shape:
+            raise ValueError(
+                f"got {j.size} cost estimate(s) for {self.limits.size} multiplier(s)"
+            )
+        if not np.all(np.isfinite(j)):
+            raise FloatingPointError(f"non-finite cost estimate {j.tolist()} in multiplier update")
         return j
 
     # --- persistence (plain lists: JSON-safe) ---------------------------------
@@ -305,10 +302,9 @@ class AugmentedLagrangianMultiplier(Multiplier):
 
     def weights(self, mean_costs: np.ndarray | list[float] | None = None) -> tuple[float, np.ndarray]:
         """``(1, clip(lambda + rho e(mean_costs), 0, lambda_max))``; ``(1, lambda)`` without an estimate."""
-        j = self._estimate(mean_costs)
-        if j is None:
+        if mean_costs is None:
             return 1.0, self.values.copy()
-        return 1.0, np.clip(self.values + self.config.rho * self.violation(j), 0.0, self.config.lambda_max)
+        return 1.0, np.clip(self.values + self.config.rho * self.violation(self._estimate(mean_costs)), 0.0, self.config.lambda_max)
 
     def _step(self, mean_costs: np.ndarray) -> None:
         self.values += self.config.lr * self.violation(mean_costs)
@@ -336,8 +332,7 @@ class CRPOSwitch(Multiplier):
 
     def weights(self, mean_costs: np.ndarray | list[float] | None = None) -> tuple[float, np.ndarray]:
         """The switch on ``mean_costs``; without an estimate, the reward step ``(1, 0)``."""
-        j = self._estimate(mean_costs)
-        return (1.0, np.zeros_like(self.values)) if j is None else self._switch(j)
+        return (1.0, np.zeros_like(self.values)) if mean_costs is None else self._switch(self._estimate(mean_costs))
 
     def _step(self, mean_costs: np.ndarray) -> None:
         self.values = self._switch(mean_costs)[1]
