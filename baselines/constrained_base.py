@@ -53,11 +53,17 @@ def lag_model_kwargs(config: PPOLagConfig) -> dict[str, Any]:
     )
 
 
-def kl_per_state(p: Distribution, q: Distribution) -> th.Tensor:
+def kl_per_state(p: Distribution, q: Distribution, over_actions: str = "sum") -> th.Tensor:
     """``KL(p(.|s) || q(.|s))`` per state, shape ``(B,)``: categorical, or a diagonal
-    Gaussian summed over the action dimensions."""
+    Gaussian summed over its action dimensions (the KL of the joint distribution), or
+    averaged over them with ``over_actions="mean"`` (OmniSafe 0.5.0's trust region takes
+    ``kl_divergence(Normal, Normal).mean()`` over states and dimensions alike)."""
+    if over_actions not in ("sum", "mean"):
+        raise ValueError(f"over_actions={over_actions!r}: use 'sum' or 'mean'")
     kl = th.distributions.kl_divergence(p.distribution, q.distribution)  # type: ignore[arg-type]
-    return kl.sum(dim=-1) if kl.ndim > 1 else kl
+    if kl.ndim == 1:
+        return kl
+    return kl.sum(dim=-1) if over_actions == "sum" else kl.mean(dim=-1)
 
 
 @dataclass
@@ -147,8 +153,9 @@ class ConstrainedPolicyOptimization(PPOLagrangian):
         value_losses, cost_losses = [], []
         for _ in range(self.n_epochs):
             for data in self.rollout_buffer.get(self.batch_size):
-                out = self.forward(data)
-                value_loss, cost_loss = self.critic_loss(out, data)
+                # The critics alone: no actor pass (its parameters get no gradient here).
+                value_loss = F.mse_loss(self.policy.predict_values(data.observations).flatten(), data.returns)
+                cost_loss = F.mse_loss(self.policy.predict_cost_values(data.observations), data.cost_returns)
                 self._step(self.vf_coef * value_loss + self.cost_vf_coef * cost_loss, "critic loss")
                 value_losses.append(value_loss.item())
                 cost_losses.append(cost_loss.item())
@@ -162,9 +169,18 @@ class ConstrainedPolicyOptimization(PPOLagrangian):
         kl_stop: float | None = None,
     ) -> dict[str, float]:
         """``n_epochs`` passes of minibatch Adam on ``policy_loss(out, data)`` (plus the
-        critics' losses when ``train_critics``); stops after an epoch whose mean
-        ``KL(old || new)`` over its minibatches exceeds ``kl_stop`` (OmniSafe's early stop)."""
+        critics' losses when ``train_critics``); stops after a pass whose full-batch
+        ``KL(ref || new)`` exceeds ``kl_stop`` (OmniSafe's ``kl_early_stop``:
+        ``kl_divergence(old, new).sum(-1).mean()`` over the epoch's data after each pass),
+        ``ref`` being ``kl_reference`` or else the policy as the loop starts."""
         pg, vl, cl, kls, ents = [], [], [], [], []
+        full = reference = None
+        if kl_stop is not None:
+            full = self.full_batch()
+            with th.no_grad():
+                # SB3 reuses one distribution object per policy: keep this one's tensors apart.
+                reference = copy.copy(kl_reference(full) if kl_reference is not None else self.policy.get_distribution(full.observations))
+        passes = 0
         for _ in range(self.n_epochs):
             epoch_kl = []
             for data in self.rollout_buffer.get(self.batch_size):
@@ -189,9 +205,13 @@ class ConstrainedPolicyOptimization(PPOLagrangian):
                         epoch_kl.append(kl_per_state(kl_reference(data), out.dist).mean().item())
             kls.extend(epoch_kl)
             self._n_updates += 1
-            if kl_stop is not None and float(np.mean(epoch_kl)) > kl_stop:
-                break
-        record = {"policy_gradient_loss": float(np.mean(pg)), "approx_kl": float(np.mean(kls))}
+            passes += 1
+            if full is not None:
+                with th.no_grad():
+                    kl = kl_per_state(reference, self.policy.get_distribution(full.observations)).mean().item()
+                if kl > kl_stop:  # type: ignore[operator]
+                    break
+        record = {"policy_gradient_loss": float(np.mean(pg)), "approx_kl": float(np.mean(kls)), "update_passes": float(passes)}
         if ents:
             record["entropy_loss"] = float(np.mean(ents))
         if vl:
@@ -218,6 +238,12 @@ class ConstrainedPolicyOptimization(PPOLagrangian):
             explained_variance(buf.cost_values.reshape(-1), buf.cost_returns.reshape(-1)),
         )
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
+
+    def mean_episode_length(self) -> float:
+        """``L``: the rollout's steps over its episode starts (at least one start), the
+        factor between a per-step cost surrogate and an episodic cost."""
+        starts = self.rollout_buffer.episode_starts
+        return float(starts.size) / max(float(starts.sum()), 1.0)
 
     def full_batch(self) -> CostRolloutBufferSamples:
         """The whole rollout as one batch."""

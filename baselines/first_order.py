@@ -87,10 +87,12 @@ def p3o_loss(ratio: th.Tensor, adv: th.Tensor, cost_adv: th.Tensor, violation: t
     """P3O's exact-penalty loss (Zhang et al. 2022, eq. 13):
 
         L = L_clip(A_r) + kappa * sum_k max(0, Lc_k + c_k),
-        Lc_k = mean(max(ratio A_ck, clip(ratio, 1-eps, 1+eps) A_ck)),  c_k = Jhat_k - d_k
+        Lc_k = mean(max(ratio A_ck, clip(ratio, 1-eps, 1+eps) A_ck))
 
-    (the cost surrogate clipped pessimistically). Returns ``(L, active)`` where
-    ``active_k = 1{Lc_k + c_k > 0}`` (the penalty's subgradient weight is kappa there)."""
+    (the cost surrogate clipped pessimistically, per step), ``c_k`` the violation in the
+    same per-step units (the caller passes ``(Jhat_k - d_k) / L``). Returns ``(L, active)``
+    where ``active_k = 1{Lc_k + c_k > 0}``: the penalty is off once the predicted cost
+    change ``Lc_k`` covers the violation (its subgradient weight is kappa where on)."""
     clipped = th.clamp(ratio, 1 - clip, 1 + clip)[:, None]
     lc = th.max(ratio[:, None] * cost_adv, clipped * cost_adv).mean(dim=0)
     inner = lc + violation
@@ -113,7 +115,10 @@ class _FirstOrderConfig(PPOLagConfig):
 @dataclass(frozen=True)
 class FOCOPSConfig(_FirstOrderConfig):
     """``focops``: PPO-Lagrangian's config plus FOCOPS's temperature and KL bound (paper and
-    OmniSafe defaults: lambda 1.5, eta 0.02)."""
+    OmniSafe defaults: lambda 1.5, eta 0.02); an iteration's passes stop once the full-batch
+    KL exceeds ``target_kl`` 0.02 (the authors' code and OmniSafe's FOCOPS.yaml)."""
+
+    target_kl: float | None = 0.02
 
     focops_lam: float = 1.5
     """Temperature lambda of the target ``pi_old exp(A / lambda)``."""
@@ -137,7 +142,10 @@ class FOCOPSConfig(_FirstOrderConfig):
 @dataclass(frozen=True)
 class CUPConfig(_FirstOrderConfig):
     """``cup``: PPO-Lagrangian's config (the projection's coefficient follows from gamma
-    and gae_lambda; its KL early stop is ``target_kl`` when set)."""
+    and gae_lambda); both steps' passes stop once the full-batch KL exceeds ``target_kl``
+    0.01 (OmniSafe's CUP.yaml)."""
+
+    target_kl: float | None = 0.01
 
     def model_class(self) -> type[PPOLagrangian]:
         return CUP
@@ -253,6 +261,7 @@ class CUP(ConstrainedPolicyOptimization):
             finally:
                 self.ent_coef = ent
             record["projection_loss"] = second["policy_gradient_loss"]
+            record["projection_passes"] = second["update_passes"]
         return record
 
 
@@ -260,12 +269,13 @@ class P3O(ConstrainedPolicyOptimization):
     """Penalized Proximal Policy Optimization (Zhang, Zhang, Shen et al. 2022).
 
     Minimises the exact-penalty loss of :func:`p3o_loss`,
-    ``L_clip(A_r) + kappa * sum_k max(0, Lc_k + Jhat_k - d_k)``, which for kappa beyond
-    the optimal multipliers has the constrained optimum (any K). ``Jhat_k - d_k`` is the
-    undiscounted episodic violation of this rollout's episodes, as in OmniSafe (the paper
-    writes ``(1 - gamma)(J_C - d)`` for normalised discounted costs). No multiplier is
-    learned: ``multipliers`` record the penalty's weight ``kappa * 1{active}`` of the last
-    minibatch.
+    ``L_clip(A_r) + kappa * sum_k max(0, Lc_k + (Jhat_k - d_k) / L)``, which for kappa
+    beyond the optimal multipliers has the constrained optimum (any K). Both terms of the
+    penalty are per step, as in the paper's eq. 13: ``Lc_k`` is a mean over steps, and the
+    episodic violation ``Jhat_k - d_k`` is divided by ``L``, the rollout's mean episode
+    length (the paper's ``(1 - gamma)(J_C - d)`` for discounted costs; CPO's ``b_k`` uses the
+    same ``L`` the other way round). No multiplier is learned: ``multipliers`` record the
+    penalty's weight ``kappa * 1{active}`` of the last minibatch.
     """
 
     def __init__(self, *args: Any, p3o_kappa: float = 20.0, **kwargs: Any):
@@ -282,7 +292,7 @@ class P3O(ConstrainedPolicyOptimization):
         clip = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         limits = np.array([c.limit for c in self.constraints])
         estimate = self.cost_estimate if self.cost_estimate is not None else np.zeros_like(limits)
-        violation = th.as_tensor(np.asarray(estimate) - limits, dtype=th.float32)
+        violation = th.as_tensor((np.asarray(estimate) - limits) / self.mean_episode_length(), dtype=th.float32)
         cost_norm = self.cost_advantage_norm
         active = th.zeros(self.n_costs)
 

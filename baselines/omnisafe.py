@@ -294,7 +294,12 @@ class OmniSafePPOLag(OmniSafeMixin, PPOLagrangian):
 
 class OmniSafeTRPOLag(OmniSafeMixin, TRPOLagrangian):
     """OmniSafe 0.5.0's ``TRPOLag``: the trust-region actor step of ``trpo-lag``, then
-    ``n_epochs`` passes of per-critic Adam minibatch steps with L2 (NaturalPG._update)."""
+    ``n_epochs`` passes of per-critic Adam minibatch steps with L2 (NaturalPG._update).
+    Its KL, in the Fisher-vector product and the line search, averages a Gaussian policy's
+    per-dimension KLs (``kl_divergence(p, q).mean()`` over states and dimensions, natural_pg.py
+    ``_fvp``, trpo.py ``_search_step_size``) where ``trpo-lag`` sums them."""
+
+    kl_over_actions = "mean"
 
     def fit_critics(self) -> tuple[float, float]:
         vl, cl = [], []
@@ -367,9 +372,7 @@ class OmniSafeTRPOLagConfig(_OmniSafeOptions, TRPOLagConfig):
     def build_model(self, env: VecEnv, constraints: Sequence[Constraint], multiplier: Multiplier,
                     sb3_kwargs: dict[str, Any]) -> OmniSafeTRPOLag:
         return OmniSafeTRPOLag(
-            env, constraints, multiplier, **self.omnisafe_kwargs(),
-            trust_region_kl=self.trust_region_kl, cg_iters=self.cg_iters, cg_damping=self.cg_damping,
-            line_search_steps=self.line_search_steps, line_search_coef=self.line_search_coef,
+            env, constraints, multiplier, **self.omnisafe_kwargs(), **self.trust_region_kwargs(),
             **lag_model_kwargs(self), **_sb3_kwargs(sb3_kwargs),
         )
 
@@ -404,6 +407,6 @@ OMNISAFE_PRESETS: dict[str, dict[str, Any]] = {
     },
     "trpo-lag-omnisafe": {
         **_COMMON, "critic_lr": 1e-3, "n_epochs": 10, "batch_size": 128, "trust_region_kl": 0.01,
-        "cg_iters": 15, "cg_damping": 0.1, "linear_lr_decay": False, "multiplier": dict(_ADAM_LAGRANGE),
+        "cg_iters": 15, "cg_damping": 0.1, "fisher_subsample": 1, "linear_lr_decay": False, "multiplier": dict(_ADAM_LAGRANGE),
     },
 }

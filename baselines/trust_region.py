@@ -24,7 +24,10 @@ minibatch Adam (:meth:`ConstrainedPolicyOptimization.fit_critics`).
 
 The conjugate gradients and the line search are the standard ones of TRPO (Schulman et
 al. 2015), as in sb3-contrib's ``TRPO``; they are written here on flat parameter
-vectors so that the same code serves the constrained steps.
+vectors so that the same code serves the constrained steps. The ``K + 1`` solves run in
+lock-step (:func:`block_conjugate_gradient`), each iteration one vmapped backward pass
+through ``grad KL`` (built once per update) for all of them, and ``H`` is estimated on
+every ``fisher_subsample``-th state of the rollout.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ __all__ = [
     "PCPO",
     "TRPOLagrangian",
     "TrustRegionConfig",
+    "block_conjugate_gradient",
     "conjugate_gradient",
     "cpo_step_coefficients",
     "cpo_dual_step",
@@ -68,19 +72,31 @@ __all__ = [
 def conjugate_gradient(avp: Callable[[th.Tensor], th.Tensor], b: th.Tensor, iters: int = 15, tol: float = 1e-10) -> th.Tensor:
     """Approximately solve ``A x = b`` for symmetric positive-definite ``A`` given by
     products ``avp(v) = A v`` (Hestenes & Stiefel 1952); exact in ``dim`` steps."""
+    return block_conjugate_gradient(lambda v: avp(v[:, 0])[:, None], b[:, None], iters, tol)[:, 0]
+
+
+def block_conjugate_gradient(
+    avp: Callable[[th.Tensor], th.Tensor], b: th.Tensor, iters: int = 15, tol: float = 1e-10
+) -> th.Tensor:
+    """``m`` conjugate-gradient solves of ``A x_j = b_j`` in lock-step: ``b`` is ``(P, m)``
+    and ``avp(V) = A V`` takes all ``m`` directions at once (one batched Fisher-vector
+    product per iteration instead of ``m``). Each column runs its own recursion
+    (its own step sizes), as ``m`` separate solves would; a column whose residual
+    ``r'r <= tol`` stops moving."""
     x = th.zeros_like(b)
     r = b.clone()
     p = b.clone()
-    rr = th.dot(r, r)
+    rr = (r * r).sum(dim=0)
     for _ in range(iters):
-        if rr <= tol:
+        active = rr > tol
+        if not bool(active.any()):
             break
         ap = avp(p)
-        alpha = rr / (th.dot(p, ap) + 1e-12)
+        alpha = th.where(active, rr / ((p * ap).sum(dim=0) + 1e-12), th.zeros_like(rr))
         x += alpha * p
         r -= alpha * ap
-        rr_new = th.dot(r, r)
-        p = r + (rr_new / rr) * p
+        rr_new = (r * r).sum(dim=0)
+        p = r + th.where(active, rr_new / th.where(active, rr, th.ones_like(rr)), th.zeros_like(rr)) * p
         rr = rr_new
     return x
 
@@ -224,12 +240,16 @@ class TrustRegionConfig(PPOLagConfig):
     """Backtracking candidates ``x * coef^j``, j = 0 .. steps - 1."""
     line_search_coef: float = 0.8
     """Shrink factor of the line search."""
+    fisher_subsample: int = 8
+    """The Fisher-vector products use every ``fisher_subsample``-th state of the (shuffled)
+    rollout; the gradients and the line search use all of it (TRPO's 10% of the data,
+    Schulman et al. 2015; sb3-contrib ``sub_sampling_factor``, OmniSafe ``fvp_sample_freq``)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not (math.isfinite(self.trust_region_kl) and self.trust_region_kl > 0):
             raise ValueError(f"trust_region_kl={self.trust_region_kl!r} must be a finite number > 0, e.g. 0.01")
-        for name in ("cg_iters", "line_search_steps"):
+        for name in ("cg_iters", "line_search_steps", "fisher_subsample"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be an integer >= 1")
@@ -238,13 +258,16 @@ class TrustRegionConfig(PPOLagConfig):
         if not 0 < self.line_search_coef < 1:
             raise ValueError(f"line_search_coef={self.line_search_coef!r} must lie in (0, 1), e.g. 0.8")
 
-    def build_model(self, env: VecEnv, constraints: Sequence[Constraint], multiplier: Multiplier, sb3_kwargs: dict[str, Any]) -> "TrustRegionBase":
-        return self.model_class()(
-            env, constraints, multiplier,
+    def trust_region_kwargs(self) -> dict[str, Any]:
+        """The trust-region keywords of :class:`TrustRegionBase` that this config sets."""
+        return dict(
             trust_region_kl=self.trust_region_kl, cg_iters=self.cg_iters, cg_damping=self.cg_damping,
             line_search_steps=self.line_search_steps, line_search_coef=self.line_search_coef,
-            **lag_model_kwargs(self), **sb3_kwargs,
+            fisher_subsample=self.fisher_subsample,
         )
+
+    def build_model(self, env: VecEnv, constraints: Sequence[Constraint], multiplier: Multiplier, sb3_kwargs: dict[str, Any]) -> "TrustRegionBase":
+        return self.model_class()(env, constraints, multiplier, **self.trust_region_kwargs(), **lag_model_kwargs(self), **sb3_kwargs)
 
     def model_class(self) -> type["TrustRegionBase"]:
         raise NotImplementedError
@@ -282,6 +305,9 @@ class TrustRegionBase(ConstrainedPolicyOptimization):
     actor_step_trains_critics = False
     uses_costs = True  # whether the step needs b_k, r_k, S (TRPO-Lag does not)
     check_reward = True  # whether the line search requires the reward surrogate not to fall
+    #: How the KL of a multi-dimensional Gaussian policy combines its dimensions: "sum" (the
+    #: KL of the joint distribution) or "mean" (OmniSafe 0.5.0's trust region).
+    kl_over_actions = "sum"
 
     def __init__(
         self,
@@ -291,6 +317,7 @@ class TrustRegionBase(ConstrainedPolicyOptimization):
         cg_damping: float = 0.1,
         line_search_steps: int = 15,
         line_search_coef: float = 0.8,
+        fisher_subsample: int = 1,
         **kwargs: Any,
     ):
         self.trust_region_kl = trust_region_kl
@@ -298,6 +325,7 @@ class TrustRegionBase(ConstrainedPolicyOptimization):
         self.cg_damping = cg_damping
         self.line_search_steps = line_search_steps
         self.line_search_coef = line_search_coef
+        self.fisher_subsample = fisher_subsample
         self.last_case = ""
         super().__init__(*args, **kwargs)
 
@@ -333,34 +361,46 @@ class TrustRegionBase(ConstrainedPolicyOptimization):
             ratio = th.exp(dist.log_prob(actions) - data.old_log_prob)
             return (ratio * data.advantages).mean(), (ratio[:, None] * cost_adv).mean(dim=0), dist
 
-        def flat_grad(y: th.Tensor, **kw: Any) -> th.Tensor:
-            grads = th.autograd.grad(y, params, allow_unused=True, **kw)
-            return th.cat([(gr if gr is not None else th.zeros_like(p)).reshape(-1) for gr, p in zip(grads, params)])
+        def flat_grads(ys: th.Tensor, batched: th.Tensor | None = None, **kw: Any) -> th.Tensor:
+            """``d ys / d theta`` flattened; with ``batched`` ``(m, n)`` cotangents, the ``m``
+            products ``batched_j' (d ys / d theta)`` as an ``(m, P)`` matrix (one vmapped backward)."""
+            grads = th.autograd.grad(ys, params, grad_outputs=batched, is_grads_batched=batched is not None,
+                                     allow_unused=True, **kw)
+            lead = () if batched is None else (batched.shape[0],)
+            return th.cat([(gr if gr is not None else th.zeros(*lead, *p.shape)).reshape(*lead, -1)
+                           for gr, p in zip(grads, params)], dim=-1)
 
-        def fvp(v: th.Tensor) -> th.Tensor:
-            kl = kl_per_state(old, self.policy.get_distribution(obs)).mean()
-            grad_kl = flat_grad(kl, create_graph=True)
-            return flat_grad(grad_kl @ v) + self.cg_damping * v
+        # grad KL(pi_old || pi_theta) at theta_0 with its graph, built once: every Fisher-vector
+        # product of every solve is then one backward pass through it, H V = d(grad_kl' V)/d theta.
+        fisher_obs = obs[:: self.fisher_subsample]
+        with th.no_grad():
+            fisher_old = old if self.fisher_subsample == 1 else copy.copy(self.policy.get_distribution(fisher_obs))
+        kl = kl_per_state(fisher_old, self.policy.get_distribution(fisher_obs), self.kl_over_actions).mean()
+        grad_kl = flat_grads(kl, create_graph=True)
+
+        def fvp(v: th.Tensor) -> th.Tensor:  # (P, m) -> (H + damping I)(P, m)
+            return flat_grads(grad_kl, v.T.contiguous(), retain_graph=True).T + self.cg_damping * v
 
         reward_surr, cost_surr, _ = surrogates()
-        g = flat_grad(reward_surr, retain_graph=self.uses_costs)
-        x_g = conjugate_gradient(fvp, g, self.cg_iters)
-        q = float(g @ x_g)
         k = self.n_costs
         c = self.violation()
         scale = 1.0
         if self.uses_costs:
-            buf = self.rollout_buffer
-            scale = float(buf.episode_starts.size) / max(float(buf.episode_starts.sum()), 1.0)
+            # g and the K cost gradients b_k in one vmapped backward; then the K + 1 solves in lock-step.
+            scale = self.mean_episode_length()
             cost_surr = scale * cost_surr
-            b = th.stack([flat_grad(cost_surr[i], retain_graph=i < k - 1) for i in range(k)], dim=1)
-            x_b = th.stack([conjugate_gradient(fvp, b[:, i], self.cg_iters) for i in range(k)], dim=1)
+            grads = flat_grads(th.cat([reward_surr[None], cost_surr]), th.eye(k + 1)).T
+            solved = block_conjugate_gradient(fvp, grads, self.cg_iters)
+            g, b, x_g, x_b = grads[:, 0], grads[:, 1:], solved[:, 0], solved[:, 1:]
             r = (g @ x_b).double().numpy()
             S = (b.T @ x_b).double().numpy()
             S = 0.5 * (S + S.T)
         else:
+            g = flat_grads(reward_surr)
+            x_g = block_conjugate_gradient(fvp, g[:, None], self.cg_iters)[:, 0]
             x_b = th.zeros((g.numel(), k))
             r, S = np.zeros(k), np.eye(k)
+        q = float(g @ x_g)
         alpha, beta, case = self.direction(q, r, S, c)
         self.last_case = case
         step = alpha * x_g - x_b @ th.as_tensor(beta, dtype=x_g.dtype)
@@ -374,7 +414,7 @@ class TrustRegionBase(ConstrainedPolicyOptimization):
                 _set_flat(params, theta0 + frac * step)
                 new_reward, new_cost, dist = surrogates()
                 new_cost = scale * new_cost
-                kl_value = kl_per_state(old, dist).mean().item()
+                kl_value = kl_per_state(old, dist, self.kl_over_actions).mean().item()
                 ok = math.isfinite(new_reward.item()) and kl_value <= self.trust_region_kl
                 # From an infeasible start CPO may trade reward for feasibility (OmniSafe: optim_case 1).
                 if ok and self.check_reward and case != "recovery" and not (self.uses_costs and np.any(c > 0)):

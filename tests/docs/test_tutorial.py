@@ -17,7 +17,8 @@ Numbers that come from training depend on the machine's floating-point kernels (
 blocking, FMA, thread count), so a literal match holds only where they were written. Such a
 number is written ``~x`` ("about x") and the output block states its tolerance in the info
 string, ```text output atol=A rtol=R```: a printed value ``y`` matches when
-``|y - x| <= max(A, R |x|)``. Every other number must be printed exactly as shown (task
+``|y - x| <= max(A, R |x|)``; a percentage ``~x%`` is compared as the fraction ``x / 100``
+(a share of episodes moves by whole percents where a mean moves by hundredths). Every other number must be printed exactly as shown (task
 facts, LP optima, counts, pure arithmetic). docs/tutorial.md says how the tolerance was
 measured.
 
@@ -67,9 +68,14 @@ EXPECTED_FILES: tuple[str, ...] = (
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 #: ``~x`` in an output block: a number from training, matched within the block's tolerance.
-_ABOUT = re.compile(r"~(-?\d+(?:\.\d+)?)")
+_ABOUT = re.compile(r"~(-?\d+(?:\.\d+)?%?)")
 #: A printed number that an ``~x`` may match.
 _PRINTED_NUMBER = r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)"
+
+
+def _value(number: str) -> float:
+    """A ``~x`` or printed number as compared: ``x%`` is the fraction ``x / 100``."""
+    return float(number[:-1]) / 100 if number.endswith("%") else float(number)
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,7 @@ class Tolerance:
         return max(self.atol, self.rtol * abs(shown))
 
     def allows(self, shown: str, printed: str) -> bool:
-        x, y = float(shown), float(printed)
+        x, y = _value(shown), _value(printed) / (100 if shown.endswith("%") else 1)
         # A hair over the bound for the decimal rounding of x and y themselves.
         return abs(y - x) <= self.bound(x) * (1 + 1e-9) + 1e-12
 
@@ -144,7 +150,8 @@ def _line_pattern(want: str) -> tuple[re.Pattern[str], list[str]]:
     for wild in want.split("..."):
         pieces = _ABOUT.split(wild)  # literal, number, literal, number, ...
         about += pieces[1::2]
-        parts.append("".join(re.escape(p) if k % 2 == 0 else _PRINTED_NUMBER for k, p in enumerate(pieces)))
+        parts.append("".join(re.escape(p) if k % 2 == 0 else _PRINTED_NUMBER + "%" * p.endswith("%")
+                             for k, p in enumerate(pieces)))
     return re.compile(".*".join(parts) + r"\Z"), about
 
 
@@ -279,7 +286,10 @@ def _moved(text: str, target: int, factor: float, tol: Tolerance) -> str:
         count += 1
         if count != target:
             return m.group(1)
-        x = float(m.group(1))
+        shown = m.group(1)
+        x = _value(shown)
+        if shown.endswith("%"):
+            return f"{100 * (x + factor * tol.bound(x)):.6f}%"
         return f"{x + factor * tol.bound(x):.6f}"
 
     return _ABOUT.sub(repl, text)
