@@ -12,10 +12,12 @@ Every CSV row carries the versions and the machine, so figures can be compared l
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import pkgutil
 import platform
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -24,6 +26,19 @@ from typing import Any
 from constrained_grpo.files import atomic_write_csv
 
 __all__ = ["environment_columns", "list_benchmarks", "main", "write_rows"]
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """``git describe --always --dirty`` of the checkout this code runs from (the commit a
+    benchmark row measured; ``-dirty``: with uncommitted changes), or "unknown" outside one."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        proc = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty", "--abbrev=12"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else "unknown"
 
 
 def environment_columns() -> dict[str, Any]:
@@ -38,6 +53,7 @@ def environment_columns() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "date": time.strftime("%Y-%m-%d"),
+        "commit": code_version(),
     }
     try:
         import torch
