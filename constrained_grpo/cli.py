@@ -160,6 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--out", type=Path, default=None, help="output folder (default DIR)")
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
+    lb.add_argument("--table", action="store_true",
+                    help="also write OUT/results.csv, the long table with every iteration and evaluation episode")
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     lb.add_argument("--explain", action="store_true",
                     help="end with one plain sentence per algorithm and task (limits kept, return against R*)")
@@ -670,7 +672,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
-    paths = write_leaderboard(lb, out, table=None if args.dir.is_file() else table)
+    paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None)
     figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
     if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
         from constrained_grpo.eval import storage

@@ -100,6 +100,8 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     r = cgrpo("leaderboard", str(bench_dir))
     assert r.returncode == 0, r.stderr
     assert "# constrained-grpo leaderboard" in r.stdout and "[95% CI]" in r.stdout
+    assert not (bench_dir / "results.csv").exists()  # the long table only on request
+    assert cgrpo("leaderboard", str(bench_dir), "--table", "--quiet").returncode == 0
     md = (bench_dir / "leaderboard.md").read_text()
     assert md + "\n" == r.stdout or md == r.stdout.rstrip("\n") or md.strip() == r.stdout.strip()
     assert (bench_dir / "leaderboard.html").read_text().startswith("<!DOCTYPE html>")

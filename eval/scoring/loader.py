@@ -70,6 +70,7 @@ __all__ = [
     "load_results",
     "load_run",
     "read_table_csv",
+    "run_configs",
     "validate_table",
 ]
 
@@ -531,9 +532,35 @@ def load_results(
     finish them) unless ``allow_incomplete``, in which case it is listed in
     ``Results.incomplete``. A run's algorithm is the name its ``config.json`` records (with
     the capabilities recorded beside it): reading results consults no registry and imports
-    no trainer. ``known_algos``, when given, restricts the names accepted.
+    no trainer. ``known_algos``, when given, restricts the names accepted. A folder holding
+    a compact record (:mod:`~constrained_grpo.eval.scoring.record`) is read from it.
     """
+    from constrained_grpo.eval.scoring import record
+
+    if record.is_record(root):
+        if find_runs(root):
+            raise ResultsError(
+                f"{root} holds a compact record ({record.MANIFEST}) and run directories: pack the runs into it with "
+                f"`python -m constrained_grpo.eval.scoring.record pack {root} RUNS --out {root}`, or move them out"
+            )
+        if extra_columns:
+            raise ResultsError(f"{root} is a compact record: it keeps the long table's columns only, not the agents' own logs")
+        try:
+            rec = record.load_record(root)
+        except ValueError as err:
+            raise ResultsError(str(err)) from None
+        if known_algos is not None:
+            for algo in rec.table["algo"].unique():
+                _check_algo(algo, str(Path(root) / record.MANIFEST), set(known_algos))
+        return Results(rec.table, rec.tasks)
     runs = find_runs(root)
+    records = sorted(p.parent for p in Path(root).rglob(record.MANIFEST) if not any(
+        part.startswith(".") for part in p.relative_to(root).parts))
+    if records:  # a folder of experiments kept as compact records: each is ranked on its own
+        listed = ", ".join(str(r) for r in records)
+        suggest = next((r for r in records if r.name == "standard"), records[0])
+        raise ResultsError(f"{root} holds the compact record(s) of {len(records)} experiment(s) ({listed}); "
+                           f"rank one folder, e.g. `cgrpo leaderboard {suggest}`")
     if not runs:
         raise ResultsError(f"no run directories (with {storage.CONFIG_FILE}) under {root}")
     _check_one_experiment(runs, root)
@@ -574,7 +601,15 @@ def load_results(
 def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
     """Per algorithm of the complete runs under ``root``, what its runs record about it:
     ``lambda_in_reward_units`` and ``reference`` (``config.json``; True only if every run
-    says so) and ``lambda_max`` (``done.json``; None unless every run records the same bound)."""
+    says so) and ``lambda_max`` (``done.json``; None unless every run records the same bound);
+    for a compact record, what its manifest recorded of them."""
+    from constrained_grpo.eval.scoring import record
+
+    if record.is_record(root):
+        try:
+            return record.record_algos(root)
+        except ValueError as err:
+            raise ResultsError(str(err)) from None
     out: dict[str, dict[str, Any]] = {}
     for path in find_runs(root):
         try:
@@ -590,6 +625,29 @@ def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
         prev["reference"] = prev["reference"] and reference
         if prev["lambda_max"] != bound:
             prev["lambda_max"] = None
+    return out
+
+
+def run_configs(root: str | Path) -> dict[tuple[str, str, int], dict[str, Any]]:
+    """``config.json`` of every complete run under ``root`` (run folders or a compact
+    record), keyed by ``(task, algo, seed)``."""
+    from constrained_grpo.eval.scoring import record
+
+    if record.is_record(root):
+        try:
+            return {key: cfg for key, (cfg, _) in record.load_record(root, configs=True).configs.items()}
+        except ValueError as err:
+            raise ResultsError(str(err)) from None
+    out: dict[tuple[str, str, int], dict[str, Any]] = {}
+    for path in find_runs(root):
+        if not storage.is_complete(path):
+            continue
+        try:
+            cfg = storage.read_json(path / storage.CONFIG_FILE)
+            run = cfg["run"]
+            out[(str(run["task"]), str(run["algo"]), int(run["seed"]))] = cfg
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ResultsError(f"{path / storage.CONFIG_FILE}: malformed ({type(err).__name__}); delete the run and rerun it") from None
     return out
 
 

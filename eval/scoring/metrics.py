@@ -12,6 +12,7 @@ has one). The *second half* of a series is its iterations t >= floor(T/2).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -138,6 +139,14 @@ def second_half(x: Sequence[float] | np.ndarray) -> np.ndarray:
 # ------------------------------------------------------------------ constraint-aware score
 
 
+@functools.lru_cache(maxsize=16)
+def _pairing(k: int, size: int) -> np.ndarray:
+    """The fixed shuffled order (seed k) in which the k-th constraint's grid is paired."""
+    order = np.random.default_rng(k).permutation(size)
+    order.setflags(write=False)
+    return order
+
+
 def expected_score(
     return_value: float, optimum: float | None, costs: Sequence[np.ndarray], constraints: Sequence[Constraint], tol: float
 ) -> float:
@@ -163,7 +172,7 @@ def expected_score(
         q = cost_quantiles(x, c.limit, c.indicator)
         if not np.isfinite(q).all():
             return math.nan
-        q = q[np.random.default_rng(k).permutation(q.size)] if k else q
+        q = q[_pairing(k, q.size)] if k else q
         worst = np.maximum(worst, np.maximum(0.0, q - c.limit) / limit_scale(c.limit))
     values = np.where(worst > tol, -worst, keep)
     return math.fsum(values.tolist()) / values.size
@@ -238,6 +247,21 @@ def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, Any]:
     return out
 
 
+_RUN_COLUMNS = ("suite", "task", "algo", "seed", "kind", "policy", "iteration", "episode", "reset_seed",
+                "env_steps", "return", "length")
+
+
+def _runs(table: pd.DataFrame, tasks: Mapping[str, TaskMeta]) -> Any:
+    """``(suite, task, algo, seed, rows)`` per run, sorted by those keys, each run's rows with
+    only the columns its task has (a long table's other tasks' cost columns stay behind)."""
+    base = [c for c in _RUN_COLUMNS if c in table.columns]
+    for (suite, task), sub in table.groupby(["suite", "task"], sort=True):
+        names = [c.name for c in tasks[task].constraints]
+        cols = base + [f"{p}_{n}" for n in names for p in ("cost", "lambda") if f"{p}_{n}" in table.columns]
+        for (algo, seed), run in sub[cols].groupby(["algo", "seed"], sort=True):
+            yield suite, task, algo, seed, run
+
+
 def run_metrics(
     table: pd.DataFrame,
     tasks: Mapping[str, TaskMeta],
@@ -288,7 +312,7 @@ def run_metrics(
     units = dict(lambda_in_reward_units or {})
     bounds = dict(lambda_max or {})
     rows: list[dict[str, object]] = []
-    for (suite, task, algo, seed), run in table.groupby(["suite", "task", "algo", "seed"], sort=True):
+    for suite, task, algo, seed, run in _runs(table, tasks):
         meta = tasks[task]
         train = run[run["kind"] == "train"].sort_values("iteration")
         ev = run[run["kind"] == "eval"]

@@ -33,6 +33,7 @@ evaluation size a task's limits call for (docs/benchmark.md, section 3).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -68,6 +69,32 @@ VERDICTS: tuple[str, ...] = ("within", "over", "undetermined")
 SCORE_GRID = 1024
 
 
+# The quantiles below depend only on counts and grid sizes, which repeat across a board's
+# runs: each is computed once (the same scipy call, so the same value on every use).
+@functools.lru_cache(maxsize=4096)
+def _beta_ppf(q: float, a: float, b: float) -> float:
+    return float(sps.beta.ppf(q, a, b))
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_ppf(q: float, df: int) -> float:
+    return float(sps.t.ppf(q, df))
+
+
+@functools.lru_cache(maxsize=1024)
+def _beta_grid(points: int, a: float, b: float) -> np.ndarray:
+    grid = sps.beta.ppf((np.arange(points) + 0.5) / points, a, b)
+    grid.setflags(write=False)
+    return grid
+
+
+@functools.lru_cache(maxsize=8)
+def _normal_grid(points: int) -> np.ndarray:
+    grid = sps.norm.ppf((np.arange(points) + 0.5) / points)
+    grid.setflags(write=False)
+    return grid
+
+
 def _is_binary(x: np.ndarray) -> bool:
     return bool(np.all((x == 0.0) | (x == 1.0)))
 
@@ -100,13 +127,13 @@ def cost_bounds(
         return math.nan, math.nan
     if indicator and _is_binary(x):
         events = int(np.count_nonzero(x))
-        lower = 0.0 if events == 0 else float(sps.beta.ppf(alpha_lower, events, n - events + 1))
-        upper = 1.0 if events == n else float(sps.beta.ppf(1.0 - alpha_upper, events + 1, n - events))
+        lower = 0.0 if events == 0 else _beta_ppf(alpha_lower, events, n - events + 1)
+        upper = 1.0 if events == n else _beta_ppf(1.0 - alpha_upper, events + 1, n - events)
         return lower, upper
     mean, sd = _mean_and_floored_sd(x, limit)
     half = sd / math.sqrt(n)
-    return (mean - float(sps.t.ppf(1.0 - alpha_lower, n - 1)) * half,
-            mean + float(sps.t.ppf(1.0 - alpha_upper, n - 1)) * half)
+    return (mean - _t_ppf(1.0 - alpha_lower, n - 1) * half,
+            mean + _t_ppf(1.0 - alpha_upper, n - 1) * half)
 
 
 def cost_verdict(lower: float, upper: float, limit: float, tol: float) -> str:
@@ -181,14 +208,13 @@ def cost_quantiles(costs: Sequence[float] | np.ndarray, limit: float, indicator:
     so the result is the same on every machine."""
     x = np.asarray(costs, dtype=float).ravel()
     n = x.size
-    u = (np.arange(points) + 0.5) / points
     if n == 0 or not np.isfinite(x).all():
         return np.full(points, math.nan)
     if indicator and _is_binary(x):
         events = int(np.count_nonzero(x))
-        return sps.beta.ppf(u, events + 0.5, n - events + 0.5)
+        return _beta_grid(points, events + 0.5, n - events + 0.5).copy()
     mean, sd = _mean_and_floored_sd(x, limit)
-    return mean + sps.norm.ppf(u) * sd / math.sqrt(n)
+    return mean + _normal_grid(points) * sd / math.sqrt(n)
 
 
 class EvalSizeError(ValueError):

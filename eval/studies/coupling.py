@@ -450,8 +450,7 @@ def load_runs(root: str | Path, *, allow_incomplete: bool = False) -> tuple[list
     """The runs of ``cgrpo bench --out ROOT`` (the long table of :func:`~constrained_grpo.eval.scoring.loader.load_results`)
     and their task's constraints. One task per analysis: several tasks (or one task with
     different limits, which the loader refuses) are an error naming them."""
-    from constrained_grpo.eval import storage
-    from constrained_grpo.eval.scoring.loader import find_runs, load_results
+    from constrained_grpo.eval.scoring.loader import load_results, run_configs
 
     results = load_results(root, allow_incomplete=allow_incomplete)
     if len(results.tasks) != 1:
@@ -459,8 +458,7 @@ def load_runs(root: str | Path, *, allow_incomplete: bool = False) -> tuple[list
                          f"(`cgrpo bench --preset coupling --out DIR` writes one)")
     meta = next(iter(results.tasks.values()))
     configs: dict[tuple[str, int], dict[str, Any]] = {}
-    for path in find_runs(root):
-        cfg = storage.read_json(path / storage.CONFIG_FILE)
+    for cfg in run_configs(root).values():
         run, algo = cfg.get("run", {}), cfg.get("algo", {})
         resolved = {k: v for k, v in (algo.get("resolved") or {}).items() if k != "algo"}  # the name differs by design
         configs[(str(run.get("algo")), int(run.get("seed", -1)))] = _flat(resolved)

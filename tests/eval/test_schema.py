@@ -91,12 +91,13 @@ def test_reserved_prefixes_hold_only_the_tasks_components(record: dict, column: 
         schema.flatten_record({**RECORD, **record}, NAMES)
 
 
-def test_committed_baseline_runs_load_with_their_own_columns() -> None:
+def test_baseline_runs_load_with_their_own_columns(tmp_path: Path) -> None:
     # Before the rename, ppo-lag's cost_estimate_<k>, cost_value_loss and cost_explained_variance
     # read as constraint columns: load_results(extra_columns=True) raised "name no constraint".
-    root = Path(__file__).resolve().parents[2] / "results" / "standard" / "Grid" / "HazardFuel3x3-v0" / "ppo-lag"
-    if not root.is_dir():
-        pytest.skip("no committed ppo-lag runs")
-    table = loader.load_results(root, extra_columns=True).table
+    task = "Grid/HazardFuel3x3-v0"
+    spec = runner.RunSpec(task, "ppo-lag", 0, 2048, 13, {"n_envs": 4, "n_steps": 256}, False)
+    outcome = runner.execute_run(spec, tmp_path, meta=runner.task_meta(task))
+    assert outcome.status == "done", outcome.error
+    table = loader.load_results(tmp_path, extra_columns=True).table
     assert {"estimated_cost_hazard", "estimated_cost_fuel", "value_loss_cost", "explained_variance_cost"} <= set(table)
     assert not any(c.startswith("cost_") and c[5:] not in NAMES for c in table.columns)

@@ -1,0 +1,121 @@
+"""The compact record (eval/scoring/record.py): the same leaderboard, tables and figures as
+the run folders it was packed from, the same bytes when packed twice, and every damaged
+file refused in one line naming it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from constrained_grpo.eval.scoring import record
+from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, write_leaderboard
+from constrained_grpo.eval.scoring.loader import ResultsError, algo_properties, load_results, run_configs
+from constrained_grpo.eval.scoring.plots import make_plots
+
+
+@pytest.fixture(scope="module")
+def packed(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("record") / "standard"
+    record.pack([toy_results], out)
+    return out
+
+
+def _outputs(root: Path, out: Path) -> dict[str, bytes]:
+    res = load_results(root)
+    props = algo_properties(root)
+    lb = build_leaderboard(res.table, res.tasks, lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()})
+    paths = write_leaderboard(lb, out, table=res.table)
+    paths += make_plots(res.table, res.tasks, out / "plots",
+                        lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()})
+    return {str(p.relative_to(out)): p.read_bytes() for p in paths}
+
+
+def test_a_record_and_its_runs_give_identical_tables_leaderboard_and_figures(toy_results: Path, packed: Path, tmp_path: Path) -> None:
+    original, compact = load_results(toy_results), load_results(packed)
+    pd.testing.assert_frame_equal(compact.table, original.table, check_exact=True)
+    assert compact.tasks == original.tasks
+    assert algo_properties(packed) == algo_properties(toy_results)
+    assert run_configs(packed) == run_configs(toy_results) and len(run_configs(packed)) == 4
+    a, b = _outputs(toy_results, tmp_path / "a"), _outputs(packed, tmp_path / "b")
+    assert sorted(a) == sorted(b) and {"leaderboard.md", "runs.csv", "pairs.csv", "results.csv"} <= set(a)
+    assert any(name.endswith(".png") for name in a)
+    assert [n for n in a if a[n] != b[n]] == []
+
+
+def test_packing_the_same_runs_twice_writes_the_same_bytes(toy_results: Path, packed: Path, tmp_path: Path) -> None:
+    again = tmp_path / "again"
+    record.pack([toy_results], again)
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in packed.iterdir())
+    assert all((again / p.name).read_bytes() == p.read_bytes() for p in packed.iterdir())
+    # A record is also a source: merged with nothing new, it packs to itself.
+    record.pack([packed], tmp_path / "repacked")
+    assert all((tmp_path / "repacked" / p.name).read_bytes() == p.read_bytes() for p in packed.iterdir())
+
+
+def test_records_merge_and_refuse_a_run_packed_twice(toy_results: Path, packed: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"Grid/HazardFuel3x3-v0/.*/seed_0 is in both .* pack each run once"):
+        record.pack([packed, toy_results], tmp_path / "twice")
+    # Half the runs in a record, the other half as run folders: the merge is the whole.
+    half = tmp_path / "half"
+    shutil.copytree(toy_results, half)
+    algo_dirs = sorted(p for p in (half / "Grid" / "HazardFuel3x3-v0").iterdir())
+    rest = tmp_path / "rest" / "Grid" / "HazardFuel3x3-v0"
+    rest.mkdir(parents=True)
+    shutil.move(str(algo_dirs[0]), rest / algo_dirs[0].name)
+    record.pack([half], tmp_path / "first")
+    record.pack([tmp_path / "first", tmp_path / "rest"], tmp_path / "merged")
+    pd.testing.assert_frame_equal(load_results(tmp_path / "merged").table, load_results(packed).table, check_exact=True)
+
+
+def _copy(packed: Path, tmp_path: Path) -> tuple[Path, Path]:
+    dest = tmp_path / "rec"
+    shutil.copytree(packed, dest)
+    return dest, next(dest.glob("*.npz"))
+
+
+@pytest.mark.parametrize("damage", ["truncated", "altered", "missing", "rows", "manifest", "nested"])
+def test_a_damaged_record_is_refused_in_one_line_naming_the_file(packed: Path, tmp_path: Path, damage: str) -> None:
+    dest, task_file = _copy(packed, tmp_path)
+    manifest = dest / record.MANIFEST
+    if damage == "truncated":
+        task_file.write_bytes(task_file.read_bytes()[:-100])
+        expected = rf"{task_file.name} has \d+ bytes \(\d+ recorded\): it was truncated or changed"
+    elif damage == "altered":
+        data = bytearray(task_file.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        task_file.write_bytes(bytes(data))
+        expected = rf"{task_file.name}: its SHA-256 differs"
+    elif damage == "missing":
+        task_file.unlink()
+        expected = rf"{task_file.name} is missing or not a regular file"
+    elif damage == "rows":
+        doc = json.loads(manifest.read_text())
+        doc["files"][0]["rows"] += 1
+        manifest.write_text(json.dumps(doc))
+        expected = r"has \d+ values for \d+ rows|is damaged"
+    elif damage == "manifest":
+        manifest.write_text("{not json")
+        expected = r"record.json is not a record manifest \(JSONDecodeError\)"
+    else:
+        manifest.write_text("[" * 200_000)
+        expected = r"record.json is not a record manifest \(RecursionError\)"
+    with pytest.raises(ResultsError, match=expected) as info:
+        load_results(dest)
+    assert "\n" not in str(info.value)
+
+
+def test_a_folder_of_records_names_the_one_to_rank(toy_results: Path, packed: Path, tmp_path: Path) -> None:
+    shutil.copytree(packed, tmp_path / "results" / "standard")
+    shutil.copytree(packed, tmp_path / "results" / "coupling" / "runs")
+    with pytest.raises(ResultsError, match=r"holds the compact record\(s\) of 2 experiment\(s\) .*rank one folder, "
+                                           r"e.g. `cgrpo leaderboard .*results/standard`"):
+        load_results(tmp_path / "results")
+    # A record with run folders beside it is refused, naming the command that packs them in.
+    shutil.copytree(packed, tmp_path / "both")
+    shutil.copytree(toy_results / "Grid", tmp_path / "both" / "Grid")
+    with pytest.raises(ResultsError, match=r"holds a compact record \(record.json\) and run directories: pack the runs"):
+        load_results(tmp_path / "both")
