@@ -273,6 +273,14 @@ def _check_args(args: argparse.Namespace) -> None:
         _writable_dir(args.out.parent, "--out's folder")
 
 
+def _trusted_modules(args: argparse.Namespace) -> set[str]:
+    """The modules the user named to import (``--import`` and ``$CGRPO_IMPORT``): the only
+    code a run directory's recorded names may bring in."""
+    from constrained_grpo.tasks import IMPORT_ENV
+
+    return {*args.imports, *(m for m in os.environ.get(IMPORT_ENV, "").split(",") if m)}
+
+
 def _user_code(args: argparse.Namespace) -> None:
     """Import ``--import`` modules and the modules of ``MODULE:Task-v0`` task ids (which become
     plain ids), and start the requested metric sinks' packages, before any work."""
@@ -706,7 +714,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.replay import reevaluate
 
     start = time.perf_counter()
-    m, meta = reevaluate(args.run_dir, args.episodes)
+    m, meta = reevaluate(args.run_dir, args.episodes, trusted=_trusted_modules(args))
     print(f"{args.run_dir}: re-evaluated in {time.perf_counter() - start:.1f} s (the run directory is unchanged)")
     print_summary(m, meta)
     return 0
@@ -715,7 +723,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.replay import render_run
 
-    path = render_run(args.run_dir, args.out, deterministic=not args.sampled, seed=args.seed, max_steps=args.max_steps)
+    path = render_run(args.run_dir, args.out, deterministic=not args.sampled, seed=args.seed, max_steps=args.max_steps,
+                      trusted=_trusted_modules(args))
     print(path)
     return 0
 

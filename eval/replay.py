@@ -1,7 +1,9 @@
 """Saved runs brought back: re-evaluation with the harness protocol, and replays as GIFs.
 
 ``cgrpo eval RUN_DIR`` rebuilds the run's agent (``make_agent`` with the recorded task,
-seed and config, then ``agent.load(RUN_DIR/agent)``, Contract 2), evaluates it with
+seed and config, then ``agent.load(RUN_DIR/agent)``, Contract 2; from registered names only:
+a recorded ``module:factory`` or ``module:Task-v0`` is imported only when the command line
+names the module, ``--import MODULE``), evaluates it with
 :func:`~constrained_grpo.eval.runner.evaluate_agent` (episode i from ``reset(seed=first_seed + i)``,
 sampled and greedy actions) and scores it with the same metrics as ``cgrpo train``.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from constrained_grpo.eval import storage
 
-__all__ = ["RenderError", "load_saved_agent", "reevaluate", "render_run", "run_spec"]
+__all__ = ["RenderError", "check_recorded_code", "load_saved_agent", "reevaluate", "render_run", "run_spec"]
 
 
 class RenderError(ValueError):
@@ -47,12 +49,37 @@ def run_spec(run_dir: str | Path) -> Any:
         raise RenderError(f"{file} does not describe a run ({err}); give a run directory written by cgrpo") from None
 
 
-def load_saved_agent(run_dir: str | Path) -> Any:
-    """The run's trained agent: built as the run built it, then ``load(RUN_DIR/agent)``."""
+def check_recorded_code(spec: Any, path: Path, trusted: Collection[str] = ()) -> None:
+    """Refuse a run whose ``config.json`` names code to import: an algorithm that is not a
+    registered name (a dotted path ``module:factory``) or a task id ``module:Task-v0``,
+    unless the user named that module on the command line (``--import MODULE``, in
+    ``trusted``). A downloaded run directory never chooses what runs."""
+    from constrained_grpo.registry import list_agents
+    from constrained_grpo.tasks import split_task_id
+
+    where = path / storage.CONFIG_FILE
+    algo = str(spec.algo)
+    if algo not in list_agents():
+        module = algo.partition(":")[0] if ":" in algo else algo.rpartition(".")[0]
+        if not module or module not in trusted:
+            raise RenderError(
+                f"{where}: algorithm {algo!r} is not a registered name, and rebuilding it would import "
+                f"{module or algo!r} as the run directory says; if you trust that code, add --import {module or algo}"
+            )
+    task_module, _ = split_task_id(str(spec.task))
+    if task_module is not None and task_module not in trusted:
+        raise RenderError(f"{where}: task {spec.task!r} would import {task_module!r} as the run directory says; "
+                          f"if you trust that code, add --import {task_module}")
+
+
+def load_saved_agent(run_dir: str | Path, trusted: Collection[str] = ()) -> Any:
+    """The run's trained agent: built as the run built it, then ``load(RUN_DIR/agent)``;
+    only from registered names and the ``trusted`` modules (:func:`check_recorded_code`)."""
     from constrained_grpo.registry import make_agent
 
     path = Path(run_dir)
     spec = run_spec(path)
+    check_recorded_code(spec, path, trusted)
     saved = path / storage.AGENT_DIR
     if not saved.is_dir():
         raise RenderError(f"{path} has no saved agent ({storage.AGENT_DIR}/): the run was made with --no-save; "
@@ -64,7 +91,7 @@ def load_saved_agent(run_dir: str | Path) -> Any:
     return agent if loaded is None else loaded
 
 
-def reevaluate(run_dir: str | Path, episodes: int | None = None) -> tuple[Any, Any]:
+def reevaluate(run_dir: str | Path, episodes: int | None = None, trusted: Collection[str] = ()) -> tuple[Any, Any]:
     """Evaluate the saved agent again with the harness protocol; returns the metrics row
     (``eval.metrics.run_metrics``) and the task meta. The run directory is not modified."""
     from constrained_grpo.eval.scoring.loader import load_run
@@ -75,7 +102,7 @@ def reevaluate(run_dir: str | Path, episodes: int | None = None) -> tuple[Any, A
     if not storage.is_complete(path):
         raise RenderError(f"{path} is not a complete run (no {storage.DONE_FILE}); finish it with cgrpo train first")
     spec = run_spec(path)
-    agent = load_saved_agent(path)
+    agent = load_saved_agent(path, trusted)
     n = int(episodes if episodes is not None else spec.eval_episodes)
     results, protocol = evaluate_agent(agent, spec.task, n, spec.config.get("env_kwargs"))
     config = storage.read_json(path / storage.CONFIG_FILE)
@@ -161,7 +188,7 @@ def _text_frames(episodes: list[dict[str, Any]], names: list[str], limits: Mappi
 
 
 def render_run(run_dir: str | Path, out: str | Path, *, deterministic: bool = True, seed: int | None = None,
-               max_steps: int = 500, fps: int = 4) -> Path:
+               max_steps: int = 500, fps: int = 4, trusted: Collection[str] = ()) -> Path:
     """Write a GIF of one episode of the saved agent from ``reset(seed)`` (default: the
     harness's first evaluation seed); returns the file written."""
     from constrained_grpo.constraints import costs_from_info
@@ -172,7 +199,7 @@ def render_run(run_dir: str | Path, out: str | Path, *, deterministic: bool = Tr
     if out.suffix.lower() != ".gif":
         raise RenderError(f"--out {out}: only GIF is written; give a file name ending in .gif")
     spec = run_spec(run_dir)
-    agent = load_saved_agent(run_dir)
+    agent = load_saved_agent(run_dir, trusted)
     act = getattr(agent, "act", None)
     if not callable(act):
         raise RenderError(f"{spec.algo} has no act(obs, deterministic) (a text agent, or an agent that evaluates "

@@ -197,6 +197,24 @@ def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Pat
     nodir = cgrpo("eval", str(tmp_path))
     assert nodir.returncode == 2 and "is not a run directory" in nodir.stderr
 
+    # A downloaded run whose config.json names code: eval and render refuse it, importing nothing.
+    (tmp_path / "payload.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('EXECUTED').write_text('x')\n"
+        "def attack(*a, **k):\n    Path(__file__).with_name('CALLED').write_text('x')\n")
+    for field, value, module in (("algo", "payload:attack", "payload"), ("algo", "payload.attack", "payload"),
+                                 ("task", "payload:Evil-v0", "payload")):
+        crafted = tmp_path / "crafted" / field / "seed_0"
+        shutil.rmtree(crafted.parent, ignore_errors=True)
+        shutil.copytree(run, crafted)
+        config = json.loads((crafted / "config.json").read_text())
+        config["run"][field] = value
+        (crafted / "config.json").write_text(json.dumps(config))
+        for verb in (("eval", str(crafted)), ("render", str(crafted), "--out", str(tmp_path / "x.gif"))):
+            r = cgrpo(*verb, cwd=tmp_path)
+            assert r.returncode == 2 and f"add --import {module}" in r.stderr, (verb, r.stderr)
+            assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "EXECUTED").exists() and not (tmp_path / "CALLED").exists()
+
 
 _FIXED_ANSWER = '''
 import json
@@ -238,7 +256,11 @@ def test_render_shows_a_text_task_as_its_completions(tmp_path: Path):
               "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     gif = tmp_path / "text.gif"
-    drawn = cgrpo("render", str(tmp_path / "runs/Math/ChainSum-v0/fixed_answer_FixedAnswer/seed_0"), "--out", str(gif), cwd=tmp_path)
+    run = str(tmp_path / "runs/Math/ChainSum-v0/fixed_answer_FixedAnswer/seed_0")
+    # The run names its agent by module: rebuilt only when the user names that module.
+    refused = cgrpo("render", run, "--out", str(gif), cwd=tmp_path)
+    assert refused.returncode == 2 and "add --import fixed_answer" in refused.stderr and not gif.exists()
+    drawn = cgrpo("render", run, "--out", str(gif), "--import", "fixed_answer", cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
     summary = json.loads(gif.with_suffix(".json").read_text())
     from PIL import Image
