@@ -33,7 +33,7 @@ import numpy as np
 from gymnasium import spaces
 
 from constrained_grpo.constraints import Constraint
-from constrained_grpo.envs.math.extract import format_answer
+from constrained_grpo.envs.math.extract import MAX_EXPONENT, format_answer, parse_number
 from constrained_grpo.envs.math.problems import CHARSET, Problem, ProblemSource, make_source
 from constrained_grpo.envs.math.scoring import (
     COST_DESCRIPTIONS,
@@ -143,7 +143,13 @@ class MathEnv(gym.Env[str, str]):
     def score_row(self, prompt: str, answer: str, reduced: bool, uid: str, completion: str, num_tokens: int) -> Score:
         """Score ``completion`` for the problem a :meth:`problem_row` describes, exactly as
         :meth:`step` scores it (the completion cut at ``max_completion_chars``)."""
-        problem = Problem(prompt, Fraction(answer), uid, "row", reduced=bool(reduced))
+        # The answer column is data: read as a bounded literal, never Fraction() of any string
+        # ("1e1000000000" would take minutes).
+        value = parse_number(str(answer), allow_words=False)
+        if value is None:
+            raise ValueError(f"answer {str(answer)[:40]!r} is not a number literal (|exponent| <= {MAX_EXPONENT}); "
+                             "give the exact answer as an integer, decimal or fraction a/b")
+        problem = Problem(prompt, value, uid, "row", reduced=bool(reduced))
         return score_completion(problem, completion[: self.max_completion_chars], self.rules, int(num_tokens))
 
     def demonstrations(

@@ -19,6 +19,11 @@ and not part of the reward) tries, in order, and takes the first that yields a n
 3. the last phrase ``answer is``, ``answer:``, ``answer =`` (also ``result``, ``total``);
 4. the last number literal anywhere in the text.
 
+In rules 1-3 the number must stand alone: an operator, a digit or a bracket after it
+(``#### 9^2``, ``#### 9 + 1``, ``#### 9!``, ``#### 9^9^9^9``, ``\\boxed{3 * 4}``) makes the
+text an expression, which is read as no answer (the chain stops: not its first number,
+nor a later rule's).
+
 Number literals: integers, decimals, thousands separators (``1,234,567``), a sign
 (``-``, ``+``, U+2212), fractions ``a/b`` and ``\\frac{a}{b}`` (exact, as
 :class:`fractions.Fraction`), scientific notation with ``|exponent| <= 100``, and number
@@ -269,6 +274,26 @@ def _leading_number(text: str) -> tuple[Fraction | None, str]:
     return _leading_words(s)
 
 
+# After a final answer's number only units or words may follow: an operator, another digit
+# or a bracket makes the line an expression ("#### 9^2", "#### 9 + 1", "#### 9!"), which is
+# no answer (not its first number).
+_EXPRESSION_TAIL = re.compile(r"[ \t]*(?:[\^*\u00d7\u00b7+\-/!=(\[{<>]|[0-9]|\.[0-9])")
+
+
+def _answer_alone(content: str) -> tuple[Fraction | None, str, bool]:
+    """``(value, literal, expression)``: the number at the start of ``content`` when the rest
+    is no expression (units and words may follow it); ``expression`` when a number starts
+    an expression (then no value: the answer is not a number)."""
+    value, literal = _leading_number(content)
+    if value is None:
+        return None, "", False
+    start = content.find(literal)
+    rest = content[start + len(literal):] if start >= 0 else ""
+    if _EXPRESSION_TAIL.match(rest):
+        return None, "", True
+    return value, literal, False
+
+
 def _line_after(text: str, end: int) -> str:
     nl = text.find("\n", end)
     return text[end:] if nl < 0 else text[end:nl]
@@ -334,26 +359,32 @@ def _find_answer(text: str) -> Answer:
             value = _from_match(lit) if lit is not None else None
             if value is not None:
                 return Answer(value, "hash", m.group("lit"))
-        value, literal = _leading_number(_line_after(text, end))
+        value, literal, expression = _answer_alone(_line_after(text, end))
         if value is not None:
             return Answer(value, "hash_lenient", literal)
+        if expression:  # a final answer that is an expression is no answer: the chain stops
+            return _NO_ANSWER
     # 2. The last \boxed{...}.
     last_box = None
     for last_box in _BOXED.finditer(text):
         pass
     if last_box is not None:
         content = _boxed_content(text, last_box.end())
-        value, literal = _leading_number(content)
+        value, literal, expression = _answer_alone(content)
         if value is not None:
             return Answer(value, "boxed", literal)
+        if expression:
+            return _NO_ANSWER
     # 3. The last "answer is ..." phrase.
     last_phrase = None
     for last_phrase in _PHRASE.finditer(text):
         pass
     if last_phrase is not None:
-        value, literal = _leading_number(_line_after(text, last_phrase.end()))
+        value, literal, expression = _answer_alone(_line_after(text, last_phrase.end()))
         if value is not None:
             return Answer(value, "phrase", literal)
+        if expression:
+            return _NO_ANSWER
     # 4. The last number literal anywhere.
     return _last_literal(text)
 

@@ -184,3 +184,34 @@ def test_required_form_round_trip(value, prefix):
 def test_integers_with_thousands_separators(n):
     assert extract_answer(f"#### {n:,}") == n
     assert extract_answer(f"The answer is {n}.", mode="lenient") == n
+
+
+# A number that starts an expression is no answer in rules 1-3 (not its first number, nor a
+# later rule's): each of these would otherwise read 9 (or 4) and earn reward 1 on "What is 3 + 6?".
+@pytest.mark.parametrize("text", [
+    "#### 9^2", "#### 9 + 1", "#### 9!", "#### 9^9^9^9", "#### 9 * 1", "#### 9 (nine)", "#### 9 9",
+    "#### 3 + 6 = 9", "so \\boxed{3 * 4}", "The answer is 9 + 1", "The answer is 9!",
+])
+def test_an_expression_after_the_marker_is_no_answer(text: str) -> None:
+    assert find_answer(text).value is None and extract_answer(text) is None
+    assert extract_answer(text, mode="lenient") is None
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("#### 9", F(9)), ("#### 9.", F(9)), ("#### 9 apples", F(9)), ("#### forty-two apples", F(42)),
+    ("#### 50%", F(50)), ("#### 12 dollars.", F(12)), ("\\boxed{12}", F(12)), ("The answer is 10.", F(10)),
+])
+def test_a_number_followed_by_words_is_still_read(text: str, value: Fraction) -> None:
+    assert extract_answer(text, mode="lenient") == value
+
+
+def test_a_dataset_answer_with_a_huge_exponent_is_refused_at_once() -> None:
+    from constrained_grpo.tasks import make_env
+
+    env = make_env("Math/ChainSum-v0").unwrapped
+    row = env.problem_row(0)
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match=r"answer '1e1000000000' is not a number literal \(\|exponent\| <= 100\)"):
+        env.score_row(row["prompt"], "1e1000000000", False, row["uid"], "#### 5", 4)
+    assert time.perf_counter() - start < 1.0
+    assert env.score_row(row["prompt"], row["answer"], row["reduced"], row["uid"], f"#### {row['answer']}", 4).reward == 1.0
