@@ -820,17 +820,17 @@ def check_submission_table(
     """Validate a third-party submission CSV; the one rule set of ``--check`` and ``--add``.
 
     :func:`validate_table` (schema, string forms, suites, ranges, integer bounds) plus: no
-    run (task, algo, seed) that ``existing`` (the results it would join) holds already.
-    Raises :class:`ResultsError` with the reason.
+    algorithm name that ``existing`` (the results it would join) ranks already, on any task
+    (a submission adds algorithms; it never adds seeds to the board's own, whose runs are
+    the board's to make). Raises :class:`ResultsError` with the reason.
     """
     table = read_table_csv(path)
     table, metas = validate_table(table, tasks, source=str(path))
     if existing is not None and len(existing):
-        mine = set(zip(table["task"], table["algo"], table["seed"].astype(int)))
-        theirs = set(zip(existing["task"], existing["algo"], existing["seed"].astype(int)))
-        clash = sorted(mine & theirs)
-        if clash:
-            raise ResultsError(
-                f"{path}: run(s) {clash[:3]} (task, algo, seed) are in the results already; rename the algorithm"
-            )
+        taken = sorted(set(table["algo"]) & set(existing["algo"]))
+        if taken:
+            mine = set(zip(table["task"], table["algo"], table["seed"].astype(int)))
+            theirs = set(zip(existing["task"], existing["algo"], existing["seed"].astype(int)))
+            what = "run(s) (task, algo, seed) are in the results already" if mine & theirs else "name(s) are on the board already"
+            raise ResultsError(f"{path}: algorithm {', '.join(taken[:3])}: {what}; rename the algorithm (e.g. mine-{taken[0]})")
     return table, metas

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -151,6 +152,21 @@ def test_check_and_add_apply_the_same_clash_rule(toy_results: Path, tmp_path: Pa
     assert checked.returncode == 1 and "REJECTED" in checked.stdout and "in the results already" in checked.stdout
     added = run("--add", str(clashing), "--out", str(tmp_path / "lb"), "--quiet")
     assert added.returncode == 2 and "in the results already" in added.stderr
+
+
+def test_a_submission_cannot_add_seeds_to_an_algorithm_on_the_board(toy_results: Path, tmp_path: Path):
+    """Seeds the results lack, under an algorithm name they rank, used to merge into its row."""
+    existing = load_results(toy_results).table
+    algo = sorted(existing["algo"].unique())[0]
+    extra = existing[existing["algo"] == algo].assign(seed=lambda t: t["seed"] + 100)
+    path = tmp_path / "more_seeds.csv"
+    extra.to_csv(path, index=False)
+    with pytest.raises(ResultsError, match=rf"algorithm {re.escape(algo)}: name\(s\) are on the board already; rename"):
+        check_submission_table(path, existing=existing)
+    check_submission_table(path)  # alone (no board to join) it is a valid table
+    renamed = tmp_path / "renamed.csv"
+    extra.assign(algo="mine-" + algo.replace(":", "-")).to_csv(renamed, index=False)
+    assert len(check_submission_table(renamed, existing=existing)[0]) == len(extra)
 
 
 def test_escapes_for_csv_formulas_and_markdown():
