@@ -647,14 +647,16 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
     if args.check is not None:
         tasks, existing = None, None
+        references: list[str] = []
         if args.dir.is_dir():
             try:
                 existing, tasks = _load(args.dir, True)
+                references = [a for a, p in _algo_properties(args.dir).items() if p.get("reference")]
             except ResultsError:
                 tasks = None  # no usable runs: check against the registered tasks
         try:
-            # The rules of --add exactly, the clash with the results included.
-            table, _ = check_submission(args.check, tasks, existing)
+            # The rules of --add exactly: the clash with the results and the protocol included.
+            table, _ = check_submission(args.check, tasks, existing, references)
         except ResultsError as err:
             print(f"REJECTED {args.check}: {err}")
             return 1
@@ -665,11 +667,11 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
     table, tasks = _load(args.dir, args.allow_incomplete)
     added: set[str] = set()
+    props = _algo_properties(args.dir)
     for extra in args.add:
-        sub, sub_tasks = check_submission(extra, tasks, table)
+        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")])
         table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
         added |= set(sub["algo"])
-    props = _algo_properties(args.dir)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},

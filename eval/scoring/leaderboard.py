@@ -47,7 +47,7 @@ from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.scoring.loader import check_submission_table, escape_csv_formulas
+from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL
@@ -824,9 +824,24 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
 
 
 def check_submission(
-    path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None
+    path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None,
+    references: Collection[str] = (),
 ) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
     """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError``
     with the reason. The one rule set of ``--check`` and ``--add``:
-    ``loader.check_submission_table``."""
-    return check_submission_table(path, tasks, existing)
+    ``loader.check_submission_table``, then, against ``existing``, the protocol rules by
+    which a task's runs are ranked together (:func:`comparability`: the same evaluated
+    policies and first reset seed, budgets within a factor ``BUDGET_RATIO``), on the
+    submission's tasks, with the ``references`` (unranked rows) left out."""
+    table, metas = check_submission_table(path, tasks, existing)
+    if existing is not None and len(existing):
+        mine = set(table["task"])
+        joined = pd.concat([existing[existing["task"].isin(mine) & ~existing["algo"].isin(set(references))], table],
+                           ignore_index=True)
+        all_tasks = {**(tasks or {}), **metas}
+        runs = run_metrics(joined, {t: all_tasks[t] for t in mine if t in all_tasks})
+        reasons = comparability(runs)
+        if reasons:
+            raise ResultsError(f"{path}: cannot be ranked with the results: " + "; ".join(
+                f"{t}: {', '.join(r)}" for t, r in sorted(reasons.items())))
+    return table, metas

@@ -23,6 +23,7 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY, subprocess_env
 from constrained_grpo.eval import storage
+from constrained_grpo.eval.scoring.leaderboard import check_submission
 from constrained_grpo.eval.scoring.loader import (
     ResultsError,
     check_submission_table,
@@ -167,6 +168,29 @@ def test_a_submission_cannot_add_seeds_to_an_algorithm_on_the_board(toy_results:
     renamed = tmp_path / "renamed.csv"
     extra.assign(algo="mine-" + algo.replace(":", "-")).to_csv(renamed, index=False)
     assert len(check_submission_table(renamed, existing=existing)[0]) == len(extra)
+
+
+@pytest.mark.parametrize(("change", "reason"), [
+    (lambda t: t.assign(env_steps=t["env_steps"] * 3), r"budgets differ"),
+    (lambda t: t.assign(reset_seed=t["reset_seed"] + 7), r"evaluation reset seeds differ"),
+    (lambda t: t[(t["kind"] == "train") | (t["policy"] == "sampled")], r"evaluated policies differ"),
+])
+def test_check_refuses_what_add_refuses_for_the_protocol(toy_results: Path, tmp_path: Path, change, reason: str):
+    """--check used to say OK to budgets x3, other reset seeds and sampled-only evaluations."""
+    existing = load_results(toy_results).table
+    algo = sorted(existing["algo"].unique())[0]
+    sub = change(existing[existing["algo"] == algo].assign(algo="mine-x"))
+    path = tmp_path / "sub.csv"
+    sub.to_csv(path, index=False)
+    with pytest.raises(ResultsError, match=rf"cannot be ranked with the results: .*{reason}"):
+        check_submission(path, None, existing)
+    env = subprocess_env()
+    run = lambda *a: subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "leaderboard", str(toy_results), *a],
+                                    env=env, capture_output=True, text=True, timeout=300)
+    checked = run("--check", str(path))
+    added = run("--add", str(path), "--out", str(tmp_path / "lb"), "--quiet")
+    assert checked.returncode == 1 and re.search(reason, checked.stdout), checked.stdout
+    assert added.returncode == 2 and re.search(reason, added.stderr), added.stderr
 
 
 def test_escapes_for_csv_formulas_and_markdown():
