@@ -40,9 +40,12 @@ keeps it). The same schema is the submission format (docs/leaderboard_schema.md)
 from __future__ import annotations
 
 import functools
+import io
 import json
 import math
+import os
 import re
+import stat
 import unicodedata
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +128,37 @@ class Results:
         return sorted(self.table["algo"].unique())
 
 
+#: The largest results file read (a run's progress.csv and eval.csv are a few MB, its JSON
+#: files a few kB): anything larger is refused before it is read.
+MAX_CSV_BYTES = 256 * 1024 * 1024
+MAX_JSON_BYTES = 4 * 1024 * 1024
+
+
+def _file_bytes(path: Path, cap: int) -> bytes:
+    """The bytes of ``path`` when it is a regular file (not a link, device or pipe) of at most
+    ``cap`` bytes; else :class:`ResultsError` naming it. ``FileNotFoundError`` passes through."""
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISREG(st.st_mode):
+        raise ResultsError(f"{path} is not a regular file (a link, device or pipe); results are read from regular "
+                           "files inside the results folder only: put the file itself there")
+    if st.st_size > cap:
+        raise ResultsError(f"{path} has {st.st_size:,} bytes, over the {cap:,} a results file may have; it is not a run's file")
+    with open(path, "rb") as fh:
+        data = fh.read(cap + 1)
+    if len(data) > cap:
+        raise ResultsError(f"{path} grew past {cap:,} bytes while being read; it is not a run's file")
+    return data
+
+
+def _read_json(path: Path) -> Any:
+    """A results JSON file (:func:`_file_bytes`), or :class:`ResultsError` in one line."""
+    data = _file_bytes(path, MAX_JSON_BYTES)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ResultsError(f"{path} is not valid JSON ({type(err).__name__}); delete the run directory and rerun it") from None
+
+
 def _is_harness_config(path: Path) -> bool:
     """Whether ``path`` is a harness run's ``config.json`` (it carries ``schema``).
 
@@ -133,7 +167,7 @@ def _is_harness_config(path: Path) -> bool:
     that does not parse counts as a run, so that the loader reports it.
     """
     try:
-        config = json.loads(path.read_text())
+        config = _read_json(path)
     except (OSError, ValueError):
         return True
     return not isinstance(config, dict) or "schema" in config
@@ -161,7 +195,7 @@ def find_runs(root: str | Path) -> list[Path]:
 
 def _read_csv(path: Path) -> pd.DataFrame:
     try:
-        return pd.read_csv(path, keep_default_na=True)
+        return pd.read_csv(io.BytesIO(_file_bytes(path, MAX_CSV_BYTES)), keep_default_na=True)
     except FileNotFoundError:
         raise ResultsError(f"{path} is missing, but the run is marked complete; delete {path.parent} and rerun it") from None
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as err:
@@ -361,8 +395,8 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
     path = Path(path)
     where_cfg = str(path / storage.CONFIG_FILE)
     try:
-        config = storage.read_json(path / storage.CONFIG_FILE)
-        done = storage.read_json(path / storage.DONE_FILE)
+        config = _read_json(path / storage.CONFIG_FILE)
+        done = _read_json(path / storage.DONE_FILE)
     except ValueError as err:
         raise ResultsError(str(err)) from None
     except FileNotFoundError as err:
@@ -498,7 +532,7 @@ def _check_one_experiment(runs: Sequence[Path], root: str | Path) -> None:
     clash: tuple[tuple[str, str, int], Path, Path] | None = None
     for path in runs:
         try:
-            run = storage.read_json(path / storage.CONFIG_FILE)["run"]
+            run = _read_json(path / storage.CONFIG_FILE)["run"]
             key = (str(run["task"]), str(run["algo"]), int(run["seed"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # load_run names what is wrong with this run
@@ -574,7 +608,11 @@ def load_results(
             incomplete.append(path)
             err = path / storage.ERROR_FILE
             if err.is_file():
-                lines = [ln for ln in err.read_text(encoding="utf-8", errors="replace").splitlines() if ln.strip()]
+                try:
+                    text = _file_bytes(err, MAX_JSON_BYTES).decode("utf-8", errors="replace")
+                except (OSError, ResultsError):
+                    text = ""
+                lines = [ln for ln in text.splitlines() if ln.strip()]
                 failed[str(path)] = lines[-1] if lines else "failed"
             continue
         frame, meta = load_run(path, known_algos=known, extra_columns=extra_columns)
@@ -613,10 +651,10 @@ def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for path in find_runs(root):
         try:
-            algo = storage.read_json(path / storage.CONFIG_FILE)["algo"]
+            algo = _read_json(path / storage.CONFIG_FILE)["algo"]
             name, units = str(algo["name"]), bool(algo.get("lambda_in_reward_units", False))
             reference = bool(algo.get("reference", False))
-            bound = storage.read_json(path / storage.DONE_FILE).get("lambda_max")
+            bound = _read_json(path / storage.DONE_FILE).get("lambda_max")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
         bound = float(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else None
@@ -643,7 +681,7 @@ def run_configs(root: str | Path) -> dict[tuple[str, str, int], dict[str, Any]]:
         if not storage.is_complete(path):
             continue
         try:
-            cfg = storage.read_json(path / storage.CONFIG_FILE)
+            cfg = _read_json(path / storage.CONFIG_FILE)
             run = cfg["run"]
             out[(str(run["task"]), str(run["algo"]), int(run["seed"]))] = cfg
         except (OSError, ValueError, KeyError, TypeError) as err:

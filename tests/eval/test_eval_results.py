@@ -274,3 +274,35 @@ def test_a_folder_of_several_experiments_names_the_one_to_rank(toy_results: Path
                        r"\(.*coupling, .*standard\); rank one folder, e.g. `cgrpo leaderboard .*(standard|coupling/runs)`"):
         load_results(tmp_path)
     assert len(load_results(tmp_path / "standard").table)  # one experiment loads as before
+
+
+@pytest.mark.parametrize("damage", ["dev_zero", "nested", "outside_link", "huge"])
+def test_results_files_are_read_from_regular_files_of_bounded_size(results_copy: Path, tmp_path: Path, damage: str):
+    """A link to /dev/zero used to hang the leaderboard (1.9 GB and growing); 200,000 nested
+    brackets gave a 34-line RecursionError traceback; a link out of the folder was followed."""
+    import time
+
+    from constrained_grpo.eval.scoring import loader
+
+    run = run_path(results_copy)
+    if damage == "dev_zero":
+        (run / "config.json").unlink()
+        (run / "config.json").symlink_to("/dev/zero")
+        expected = r"config\.json is not a regular file"
+    elif damage == "nested":
+        (run / "config.json").write_text("[" * 200_000)
+        expected = r"config\.json is not valid JSON \(RecursionError\)"
+    elif damage == "outside_link":
+        outside = tmp_path / "elsewhere.csv"
+        outside.write_bytes((run / "eval.csv").read_bytes())
+        (run / "eval.csv").unlink()
+        (run / "eval.csv").symlink_to(outside)
+        expected = r"eval\.csv is not a regular file"
+    else:
+        with open(run / "progress.csv", "ab") as fh:
+            fh.truncate(loader.MAX_CSV_BYTES + 1)
+        expected = r"progress\.csv has [\d,]+ bytes, over the [\d,]+ a results file may have"
+    start = time.perf_counter()
+    with pytest.raises(ResultsError, match=expected) as info:
+        load_results(results_copy)
+    assert time.perf_counter() - start < 30 and "\n" not in str(info.value)
