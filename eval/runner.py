@@ -408,6 +408,7 @@ def execute_run(
             except Exception:
                 tb = traceback.format_exc()
                 storage.atomic_write_text(path / ERROR_FILE, f"attempt {attempt}\n{tb}")
+                (path / RUNNING_FILE).unlink(missing_ok=True)  # no process runs it any more
                 return RunOutcome(spec.key, "failed", attempt, time.perf_counter() - start, tb)
     except storage.RunBusyError as err:
         return RunOutcome(spec.key, "busy", attempt, time.perf_counter() - start, str(err))

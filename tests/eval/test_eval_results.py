@@ -90,6 +90,7 @@ def test_execute_run_reports_failure_with_traceback(tmp_path: Path):
     path = spec.run_dir(tmp_path)
     assert "toy agent crash" in (path / "error.txt").read_text()
     assert not storage.is_complete(path)
+    assert not (path / storage.RUNNING_FILE).exists()  # no process runs it: its pid file goes
     with pytest.raises(ResultsError, match="not complete"):
         load_results(tmp_path)
 

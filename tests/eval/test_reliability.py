@@ -199,7 +199,8 @@ def test_escapes_for_csv_formulas_and_markdown():
     assert out["s"].tolist() == ["'=HYPERLINK(\"x\")", "'+1", "'-cmd", "'@SUM(A1)", "plain", "'\tx"]
     assert out["v"].tolist() == [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0] and df["s"][0].startswith("=")
     assert escape_markdown("a|b <img onerror=x>\n[x](y) `c` &lt;") == "a\\|b \\<img onerror=x\\> \\[x\\](y) \\`c\\` \\&lt;"
-    assert escape_markdown("ppo-lag_1.0") == "ppo-lag_1.0"
+    # x._y_. would render y in italics (an underscore between punctuation and a letter opens emphasis).
+    assert escape_markdown("ppo-lag_1.0") == "ppo-lag\\_1.0" and escape_markdown("x._y_.*z*") == "x.\\_y\\_.\\*z\\*"
 
 
 # ----------------------------------------------------------------- point 5: logs kept on failure
