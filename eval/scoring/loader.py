@@ -224,6 +224,17 @@ def _check_numeric(df: pd.DataFrame, columns: Iterable[str], where: str, *, allo
 def _check_integral(df: pd.DataFrame, columns: Iterable[str], where: str) -> None:
     """Each column must hold integers in [0, 2^63) (int64 without wrapping)."""
     for col in columns:
+        exact = df[col].to_numpy()
+        if np.issubdtype(exact.dtype, np.integer):
+            # Compared as integers: 2^63 - 1 is a float's 2^63 and would read as out of range.
+            bad = np.array([not 0 <= int(v) < _INT_LIMIT for v in exact.tolist()], dtype=bool)
+            if bad.any():
+                i = int(np.flatnonzero(bad)[0])
+                raise ResultsError(
+                    f"{where}: column {col!r} must hold integers in [0, 2^63); row {i} has {df[col].iloc[i]!r}"
+                )
+            df[col] = exact.astype(np.int64)
+            continue
         values = df[col].to_numpy(dtype=float)
         bad = (values != np.round(values)) | (values < 0) | (values >= float(_INT_LIMIT))
         if bad.any():
@@ -231,8 +242,7 @@ def _check_integral(df: pd.DataFrame, columns: Iterable[str], where: str) -> Non
             raise ResultsError(
                 f"{where}: column {col!r} must hold integers in [0, 2^63); row {i} has {df[col].iloc[i]!r}"
             )
-        exact = df[col].to_numpy()
-        df[col] = exact.astype(np.int64) if np.issubdtype(exact.dtype, np.integer) else values.astype(np.int64)
+        df[col] = values.astype(np.int64)
 
 
 def _check_algo(name: Any, where: str, known: Collection[str] | None) -> str:

@@ -103,6 +103,12 @@ def _eval_first(df: pd.DataFrame, col: str, value) -> pd.DataFrame:
     return df
 
 
+def test_the_largest_int64_seed_is_accepted(good: Path, tmp_path: Path):
+    # 2^63 - 1 used to be compared as the float 2^63 and refused as out of range.
+    table, _ = check_submission_table(_edited(good, tmp_path, lambda df: df.assign(seed=df["seed"] + (2**63 - 2))))
+    assert sorted(table["seed"].unique().tolist()) == [2**63 - 2, 2**63 - 1]
+
+
 @pytest.mark.parametrize(
     ("edit", "reason"),
     [
