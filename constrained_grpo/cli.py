@@ -658,7 +658,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
             # The rules of --add exactly: the clash with the results and the protocol included.
             table, _ = check_submission(args.check, tasks, existing, references)
         except ResultsError as err:
-            print(f"REJECTED {args.check}: {err}")
+            reason = str(err).removeprefix(f"{args.check}: ")  # the path once, before the reason
+            print(f"REJECTED {args.check}: {reason}")
             return 1
         runs = table.groupby(["task", "algo", "seed"]).ngroups
         print(f"OK {args.check}: {len(table)} rows, {runs} runs, tasks {sorted(table['task'].unique())}, "

@@ -117,6 +117,7 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     pd.read_csv(bench_dir / "results.csv").drop(columns=["kind"]).to_csv(bad, index=False)
     rejected = cgrpo("leaderboard", str(bench_dir), "--check", str(bad))
     assert rejected.returncode == 1 and "REJECTED" in rejected.stdout and "'kind'" in rejected.stdout
+    assert rejected.stdout.count(str(bad)) == 1  # the path once
 
 
 def test_plot(bench_dir: Path):
