@@ -42,6 +42,7 @@ from constrained_grpo.nonfinite import (
     NonFiniteUpdateError,
     check_finite_observations,
     check_finite_parameters,
+    logged_note,
 )
 from constrained_grpo.baselines.config import PPOConfig, PPOLagConfig, merge_config_layers, task_defaults
 from constrained_grpo.baselines.constrained_base import lag_model_kwargs
@@ -285,14 +286,14 @@ class _ContractLog(BaseCallback):
     def _check_finite(self) -> None:
         """Stop on a NaN/inf observation, reward or cost vector of this step, before SB3 stores it."""
         step = f"env step {self.agent.env_steps}"
-        check_finite_observations(np.asarray(self.locals["new_obs"]), step)
+        check_finite_observations(np.asarray(self.locals["new_obs"]), step, self.agent.iterations)
         for name in ("rewards", "costs"):  # costs: PPOLagrangian's (n_envs, K) matrix
             values = self.locals.get(name)
             if values is not None and not np.isfinite(values).all():
                 rows = np.flatnonzero(~np.isfinite(np.asarray(values).reshape(len(values), -1)).all(axis=1))
                 raise NonFiniteRolloutError(
-                    f"{step}: non-finite {name[:-1]} from env(s) {rows[:8].tolist()}; training stopped "
-                    f"(every earlier iteration was logged). Check the task's {name[:-1]} for NaN or inf."
+                    f"{step}: non-finite {name[:-1]} from env(s) {rows[:8].tolist()}; training stopped"
+                    f"{logged_note(self.agent.iterations)}. Check the task's {name[:-1]} for NaN or inf."
                 )
 
     def _on_rollout_end(self) -> None:
@@ -313,10 +314,10 @@ class _ContractLog(BaseCallback):
         bad = [k for k in _LOSS_KEYS if k in record and not math.isfinite(record[k])]
         if bad:
             raise NonFiniteUpdateError(
-                f"{where}: non-finite {', '.join(f'{k}={record[k]}' for k in bad)}; training stopped "
-                "(every earlier iteration was logged)"
+                f"{where}: non-finite {', '.join(f'{k}={record[k]}' for k in bad)}; training stopped"
+                f"{logged_note(self.agent.iterations - 1)}"
             )
-        check_finite_parameters(self.agent.model.policy, where)
+        check_finite_parameters(self.agent.model.policy, where, self.agent.iterations - 1)
         if self.log is not None:
             self.log(record)
 

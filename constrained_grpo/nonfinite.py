@@ -19,6 +19,7 @@ __all__ = [
     "NonFiniteUpdateError",
     "check_finite_observations",
     "check_finite_parameters",
+    "logged_note",
 ]
 
 
@@ -38,7 +39,17 @@ class NonFiniteUpdateError(NonFiniteError):
     """A loss, gradient or parameter of the policy update is NaN or infinite."""
 
 
-def check_finite_observations(obs: np.ndarray, where: str) -> None:
+def logged_note(logged: int | None) -> str:
+    """What a stopped run kept, for its error message: ``logged`` iterations were logged
+    before the failure (None: the caller says it)."""
+    if logged is None:
+        return ""
+    if logged <= 0:
+        return " (no iteration had been logged)"
+    return f" (the {logged} iteration{'s' if logged > 1 else ''} before it {'were' if logged > 1 else 'was'} logged)"
+
+
+def check_finite_observations(obs: np.ndarray, where: str, logged: int | None = None) -> None:
     """Raise :class:`NonFiniteObservationError` if ``obs`` (a batch, one row per env) holds a NaN/inf.
 
     A NaN observation makes NaN logits, whose argmax is always action 0, and NaN gradients
@@ -50,12 +61,12 @@ def check_finite_observations(obs: np.ndarray, where: str) -> None:
     rows = np.flatnonzero(~finite.reshape(len(obs), -1).all(axis=1))
     raise NonFiniteObservationError(
         f"{where}: non-finite observation from env(s) {rows[:8].tolist()} "
-        f"({int((~finite).sum())} NaN/inf value(s)); training stopped "
-        "(every earlier iteration was logged). Check the task's observation for NaN or inf."
+        f"({int((~finite).sum())} NaN/inf value(s)); training stopped"
+        f"{logged_note(logged)}. Check the task's observation for NaN or inf."
     )
 
 
-def check_finite_parameters(module: Any, where: str) -> None:
+def check_finite_parameters(module: Any, where: str, logged: int | None = None) -> None:
     """Raise :class:`NonFiniteUpdateError` naming the first parameter of ``module`` holding a NaN/inf."""
     import torch
 
@@ -64,6 +75,6 @@ def check_finite_parameters(module: Any, where: str) -> None:
         finite = np.isfinite(data.numpy()).all() if data.device.type == "cpu" else torch.isfinite(data).all()
         if not bool(finite):
             raise NonFiniteUpdateError(
-                f"{where}: parameter {name!r} became NaN or infinite; training stopped "
-                "(every earlier iteration was logged). Lower the learning rate or check the task's values."
+                f"{where}: parameter {name!r} became NaN or infinite; training stopped"
+                f"{logged_note(logged)}. Lower the learning rate or check the task's values."
             )

@@ -37,6 +37,7 @@ from constrained_grpo.nonfinite import (  # the trainer's errors, importable fro
     NonFiniteUpdateError,
     check_finite_observations,
     check_finite_parameters,
+    logged_note,
 )
 from constrained_grpo.optimism import OptimisticStep
 
@@ -126,8 +127,8 @@ def check_finite_components(components: np.ndarray, iteration: int, names: Seque
     labels = ["reward", *names]
     which = [f"{labels[j]} ({int(n)} of {bad[..., j].size} samples)" for j, n in enumerate(per_component) if n]
     raise NonFiniteRolloutError(
-        f"iteration {iteration}: non-finite episodic {', '.join(which)}; training stopped "
-        "(every earlier iteration was logged). Check the task's reward/cost for NaN or inf."
+        f"iteration {iteration}: non-finite episodic {', '.join(which)}; training stopped"
+        f"{logged_note(iteration - 1)}. Check the task's reward/cost for NaN or inf."
     )
 
 
@@ -181,7 +182,7 @@ class GRPOTrainer:
             try:
                 batch = self.adapter.collect(self.policy, cfg.num_groups, cfg.group_size)
             except NonFiniteObservationError as err:
-                raise NonFiniteObservationError(f"iteration {self.iteration}: {err}") from None
+                raise NonFiniteObservationError(f"iteration {self.iteration}: {err}{logged_note(self.iteration - 1)}") from None
         t_rollout = time.perf_counter()
         x = batch.components
         check_finite_components(x, self.iteration, self.names)
@@ -204,7 +205,7 @@ class GRPOTrainer:
         self.optimism.before(list(self.policy.parameters()))
         losses = self._update(batch, torch.as_tensor(adv.reshape(-1), dtype=torch.float32))
         self.optimism.after(list(self.policy.parameters()))
-        check_finite_parameters(self.policy, f"iteration {self.iteration}")
+        check_finite_parameters(self.policy, f"iteration {self.iteration}", self.iteration - 1)
         t_update = time.perf_counter()
 
         if self.multiplier is not None:
@@ -278,7 +279,7 @@ class GRPOTrainer:
                         f"iteration {self.iteration}: non-finite loss {float(terms.loss.detach())} (policy-gradient "
                         f"{float(terms.pg_loss.detach())}, KL {float(terms.kl.detach())}, entropy "
                         f"{float(terms.entropy.detach())}); training "
-                        "stopped before the step (every earlier iteration was logged)"
+                        f"stopped before the step{logged_note(self.iteration - 1)}"
                     )
                 self.optimizer.zero_grad(set_to_none=True)
                 terms.loss.backward()
@@ -288,7 +289,7 @@ class GRPOTrainer:
                 if not math.isfinite(float(grad_norm)):
                     raise NonFiniteUpdateError(
                         f"iteration {self.iteration}: non-finite gradient norm {float(grad_norm)}; training "
-                        "stopped before the step (every earlier iteration was logged)"
+                        f"stopped before the step{logged_note(self.iteration - 1)}"
                     )
                 self.optimizer.step()
                 grad_norms.append(float(grad_norm))
@@ -364,7 +365,7 @@ class GRPOTrainer:
                     raise NonFiniteUpdateError(
                         f"iteration {self.iteration}: non-finite loss {stats[0]} (policy-gradient "
                         f"{stats[1]}, KL {stats[2]}, entropy {stats[3]}); training "
-                        "stopped before the step (every earlier iteration was logged)"
+                        f"stopped before the step{logged_note(self.iteration - 1)}"
                     )
                 flat_grad[:size_w] = grad_w.reshape(-1)
                 flat_grad[size_w:] = grad_b
@@ -372,7 +373,7 @@ class GRPOTrainer:
                 if not math.isfinite(grad_norm):
                     raise NonFiniteUpdateError(
                         f"iteration {self.iteration}: non-finite gradient norm {grad_norm}; training "
-                        "stopped before the step (every earlier iteration was logged)"
+                        f"stopped before the step{logged_note(self.iteration - 1)}"
                     )
                 # clip_grad_norm_'s rule: scale by max_norm / (norm + 1e-6) when that is below 1.
                 scale = min(max_norm / (grad_norm + 1e-6), 1.0)

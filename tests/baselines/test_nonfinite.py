@@ -74,10 +74,12 @@ def _assert_finite_weights(module: torch.nn.Module) -> None:
 def test_grpo_agent_stops_on_nan_observations(algo: str) -> None:
     agent = constrained_grpo.make_agent(algo, NAN_ID, seed=0, preset="quick")
     logged: list[dict[str, Any]] = []
-    with pytest.raises(NonFiniteObservationError, match=r"iteration \d+: rollout step \d+: non-finite observation"):
+    with pytest.raises(NonFiniteObservationError, match=r"iteration \d+: rollout step \d+: non-finite observation") as info:
         agent.learn(1_000_000, logged.append)
     # Every env copy steps once per rollout step, so the NaN arrives within NAN_AFTER steps of a copy.
     assert 1 <= len(logged) < NAN_AFTER
+    # The message says what was kept: exactly the iterations logged.
+    assert f"(the {len(logged)} iteration{'s' if len(logged) > 1 else ''} before it" in str(info.value)
     assert all(np.isfinite(r["ep_return"]) for r in logged)
     _assert_finite_weights(agent.policy)
 
@@ -86,13 +88,23 @@ def test_grpo_agent_stops_on_nan_observations(algo: str) -> None:
 def test_baseline_stops_on_nan_observations(algo: str, env_id: str) -> None:
     agent = constrained_grpo.make_agent(algo, env_id, seed=0, n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
     logged: list[dict[str, Any]] = []
-    with pytest.raises(NonFiniteObservationError, match=r"env step \d+: non-finite observation from env\(s\) \[0, 1\]"):
+    with pytest.raises(NonFiniteObservationError, match=r"env step \d+: non-finite observation from env\(s\) \[0, 1\] "
+                                                        r".*training stopped \(the 2 iterations before it were logged\)"):
         agent.learn(100_000, logged.append)
     # NAN_AFTER = 40 steps per copy: two rollouts of 16 steps end before the NaN, the third
     # meets it at the 40th step of each copy, before SB3 stores it.
     assert [r["iteration"] for r in logged] == [1, 2]
     assert agent.env_steps == 2 * NAN_AFTER
     _assert_finite_weights(agent.model.policy)
+
+
+def test_a_run_stopped_before_its_first_record_says_none_was_logged() -> None:
+    from constrained_grpo.nonfinite import logged_note
+
+    assert logged_note(0) == " (no iteration had been logged)" and logged_note(1).endswith("iteration before it was logged)")
+    agent = constrained_grpo.make_agent("ppo-lag", NAN_ID, seed=0, n_envs=2, n_steps=64, batch_size=64, n_epochs=1)
+    with pytest.raises(NonFiniteObservationError, match=r"training stopped \(no iteration had been logged\)"):
+        agent.learn(100_000, lambda record: None)
 
 
 def test_check_finite_observations_names_the_rows() -> None:
