@@ -494,7 +494,7 @@ def _duration(seconds: float) -> str:
 
 def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
-    from constrained_grpo.eval.runner import RunSpec, check_run_eval_size, execute_run, run_meta, task_meta
+    from constrained_grpo.eval.runner import RunSpec, recorded_config, check_run_eval_size, execute_run, run_meta, task_meta
     from constrained_grpo.eval.scoring.verdict import EvalSizeError
     from constrained_grpo.registry import agent_spec
 
@@ -508,17 +508,10 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
         raise CliError(str(err)) from None
     path = spec.run_dir(args.out)
     if storage.is_complete(path):
-        try:
-            recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
-        except (OSError, ValueError, AttributeError):
-            recorded = {}
-        same = spec.same_results_as(recorded)
+        differs = spec.difference(recorded_config(path))
         if not args.force:
-            if not same:
-                raise CliError(
-                    f"{path} holds a completed run with settings {recorded}, not {spec.to_dict()}; "
-                    "pass --force to replace it, or use another --out"
-                )
+            if differs is not None:
+                raise CliError(f"{path} holds a completed run with {differs}; pass --force to replace it, or use another --out")
             print(f"{path} is complete already; pass --force to rerun it")
             return 0
         with storage.run_lock(path):

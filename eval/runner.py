@@ -58,6 +58,7 @@ __all__ = [
     "environment_versions",
     "check_run_eval_size",
     "execute_run",
+    "recorded_config",
     "git_commit",
     "run_config",
     "task_meta",
@@ -132,6 +133,24 @@ class RunSpec:
         mine = self.to_dict()
         return all(mine[k] == other.get(k) for k in ("task", "algo", "seed", "steps", "eval_episodes", "config"))
 
+    def difference(self, config: Mapping[str, Any]) -> str | None:
+        """How a completed run's ``config.json`` differs from this run, or None when it is this
+        run: the recorded run settings, and the whole resolved configuration the code gives
+        them now (``config["algo"]["resolved"]``), so that a default changed in code since the
+        run was made is seen (the settings a preset names alone would not show it)."""
+        recorded = config.get("run", {}) if isinstance(config, Mapping) else {}
+        if not isinstance(recorded, Mapping) or not self.same_results_as(recorded):
+            return f"settings {dict(recorded) if isinstance(recorded, Mapping) else recorded}, not {self.to_dict()}"
+        then = (config.get("algo") or {}).get("resolved") if isinstance(config.get("algo"), Mapping) else None
+        now = _as_recorded(resolve_config(self.algo, self.task, **self.config))
+        if then == now:
+            return None
+        if not isinstance(then, Mapping):
+            return "no resolved configuration recorded"
+        keys = sorted(_changed_keys(then, now))
+        shown = ", ".join(f"{k}: {_lookup(then, k)!r} -> {_lookup(now, k)!r}" for k in keys[:4])
+        return f"a resolved configuration the code now gives otherwise ({shown}{', ...' if len(keys) > 4 else ''})"
+
     def command(self, out: str | Path) -> str:
         """The ``cgrpo train`` command that reruns exactly this run into results root ``out``
         (``config.json`` records it with ``out="."``: run it in the results root)."""
@@ -144,6 +163,24 @@ class RunSpec:
         if not self.save_agent:
             args.append("--no-save")
         return shlex.join(args)
+
+
+def _as_recorded(value: Any) -> Any:
+    """``value`` as ``config.json`` holds it (JSON types, as :func:`storage.atomic_write_json` writes)."""
+    return json.loads(json.dumps(value, sort_keys=True, default=storage._json_default))
+
+
+def _changed_keys(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys at which two nested mappings differ."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return [k for key in sorted(set(a) | set(b)) for k in _changed_keys(a.get(key), b.get(key), f"{prefix}{key}.")]
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def _lookup(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, Mapping) else None
+    return tree
 
 
 @functools.lru_cache(maxsize=64)
@@ -396,11 +433,11 @@ def execute_run(
         with storage.run_lock(path):
             if storage.is_complete(path):
                 # Done by another process meanwhile: it counts only if it is this very run.
-                recorded = _recorded_run(path)
-                if not spec.same_results_as(recorded):
+                differs = spec.difference(recorded_config(path))
+                if differs is not None:
                     return RunOutcome(spec.key, "failed", attempt, 0.0, (
-                        f"{path} holds a completed run with settings {recorded} but this run asks for "
-                        f"{spec.to_dict()}; use another --out directory, or rerun with --force to replace it\n"))
+                        f"{path} holds a completed run with {differs}; use another --out directory, "
+                        "or rerun with --force to replace it\n"))
                 return RunOutcome(spec.key, "done", attempt, 0.0)
             storage.clear_run_dir(path)
             try:
@@ -415,11 +452,11 @@ def execute_run(
     return RunOutcome(spec.key, "done", attempt, time.perf_counter() - start)
 
 
-def _recorded_run(path: Path) -> dict[str, Any]:
-    """``config.json["run"]`` of a run directory, {} when unreadable."""
+def recorded_config(path: Path) -> dict[str, Any]:
+    """``config.json`` of a run directory, {} when unreadable."""
     try:
-        recorded = storage.read_json(path / CONFIG_FILE).get("run", {})
-    except (OSError, ValueError, AttributeError):
+        recorded = storage.read_json(path / CONFIG_FILE)
+    except (OSError, ValueError):
         return {}
     return recorded if isinstance(recorded, dict) else {}
 

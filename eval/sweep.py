@@ -52,6 +52,7 @@ from constrained_grpo.eval.runner import (
     RunOutcome,
     RunSpec,
     TaskMeta,
+    recorded_config,
     check_run_eval_size,
     environment_versions,
     execute_run,
@@ -440,19 +441,16 @@ def _check_resumable(specs: Sequence[RunSpec], out: Path, force: bool = False) -
         if not storage.is_complete(path):
             todo.append(spec)
             continue
-        try:
-            recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
-        except (OSError, ValueError):
-            recorded = {}
-        if not spec.same_results_as(recorded):
+        differs = spec.difference(recorded_config(path))
+        if differs is not None:
             if force:
                 with storage.run_lock(path):
                     (path / storage.DONE_FILE).unlink(missing_ok=True)
                 todo.append(spec)
                 continue
             raise SweepConfigError(
-                f"{path} holds a completed run with settings {recorded} but this sweep asks for "
-                f"{spec.to_dict()}; use another --out directory, or pass --force to redo it with these settings"
+                f"{path} holds a completed run with {differs}; use another --out directory, "
+                "or pass --force to redo it with these settings"
             )
         skipped.append(spec.key)
     return todo, skipped
@@ -540,18 +538,14 @@ def run_sweep(
                 continue
             del pending[i]
             if storage.is_complete(path):  # completed by another sweep meanwhile
-                try:
-                    recorded = storage.read_json(path / storage.CONFIG_FILE).get("run", {})
-                except (OSError, ValueError, AttributeError):
-                    recorded = {}
+                differs = spec.difference(recorded_config(path))
                 bar.update(1)
-                if spec.same_results_as(recorded):
+                if differs is None:
                     report.skipped.append(spec.key)
                     say(f"[sweep] {spec.key} was completed by another process; skipping it")
                 else:
                     failed_count += 1
-                    report.failed[spec.key] = (f"{path} was completed by another process with settings {recorded}, "
-                                               f"but this sweep asks for {spec.to_dict()}\n")
+                    report.failed[spec.key] = f"{path} was completed by another process with {differs}\n"
                     say(f"[sweep] run {spec.key} FAILED: {report.failed[spec.key].rstrip()}")
                 return next_ready()
             return spec, attempt

@@ -46,6 +46,23 @@ def test_changed_settings_are_not_silently_skipped(tmp_path: Path):
         run_sweep(expand_grid([TASK], [TOY], [0], 200, eval_episodes=13, save_agent=False), tmp_path, workers=1, **QUIET)
 
 
+def test_a_default_changed_in_code_is_seen_in_completed_runs(tmp_path: Path):
+    """Completed runs were matched on the settings they name (a preset's), so a default
+    changed in code still counted its old runs as done."""
+    specs = expand_grid([TASK], [TOY], [0], 100, eval_episodes=13, save_agent=False)
+    run_sweep(specs, tmp_path, workers=1, **QUIET)
+    config_path = specs[0].run_dir(tmp_path) / "config.json"
+    config = json.loads(config_path.read_text())
+    now = json.loads(json.dumps(config["algo"]["resolved"]))
+    config["algo"]["resolved"]["config"]["lr"] = 0.5  # the run was made when the agent had this default
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(SweepConfigError, match=r"resolved configuration the code now gives otherwise \(config\.lr: 0\.5 -> None\)"):
+        run_sweep(specs, tmp_path, workers=1, **QUIET)
+    report = run_sweep(specs, tmp_path, workers=1, force=True, **QUIET)  # --force redoes it with today's defaults
+    assert report.done == [specs[0].key]
+    assert json.loads(config_path.read_text())["algo"]["resolved"] == now
+
+
 def test_crashes_are_retried_reported_and_isolated(tmp_path: Path):
     markers = tmp_path / "markers"
     specs = (
