@@ -860,6 +860,90 @@ def validate_table(
     return _finish(df), metas
 
 
+#: One-sided level at which a submitted return is called above the exact optimum R*.
+IMPOSSIBLE_ALPHA = 0.001
+
+
+def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta], source: str) -> None:
+    """The rules a submission's evaluation episodes must meet beyond the schema:
+
+    - paired: each run's episodes of a policy are ``reset_seed = s_0 + episode`` for one
+      first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired);
+    - independent: no two seeds of an algorithm hold identical evaluation rows (one run copied);
+    - possible: on a task with an exact optimum R*, no run whose mean return (its one-sided
+      lower bound at :data:`IMPOSSIBLE_ALPHA`) is above what any policy earns at its costs
+      (:func:`_return_bound`); a genuine run is refused with probability at most 2 x
+      ``IMPOSSIBLE_ALPHA``.
+    """
+    ev = table[table["kind"] == "eval"]
+    for (task, algo, seed, policy), g in ev.groupby(["task", "algo", "seed", "policy"], sort=True):
+        where = f"{source}: run task={task} algo={algo} seed={int(seed)} ({policy} episodes)"
+        seeds, episodes = g["reset_seed"].to_numpy(dtype=float), g["episode"].to_numpy(dtype=float)
+        if not np.isfinite(seeds).all() or len(np.unique(seeds - episodes)) != 1:
+            raise ResultsError(f"{where}: reset_seed must be first_seed + episode for every episode (the harness's "
+                               "paired protocol); give the episodes cgrpo evaluated, not a selection")
+    # A copy: the same training iterations and the same evaluation episodes under two seeds
+    # (two seeds may well converge to one deterministic policy, but not by the same path).
+    measured = ["kind", "policy", "iteration", "episode", "env_steps", "return",
+                *[c for c in table.columns if c.startswith(("cost_", "lambda_"))]]
+    for (task, algo), g in table.groupby(["task", "algo"], sort=True):
+        cols = [c for c in measured if c in g.columns and g[c].notna().any()]
+        digests: dict[int, tuple[int, ...]] = {}
+        for seed, run in g.groupby("seed", sort=True):
+            ordered = run[cols].sort_values(["kind", "policy", "iteration", "episode"], na_position="first")
+            digest = tuple(pd.util.hash_pandas_object(ordered.reset_index(drop=True), index=False).tolist())
+            twin = next((s for s, d in digests.items() if d == digest), None)
+            if twin is not None:
+                raise ResultsError(f"{source}: {task} {algo}: seeds {twin} and {int(seed)} hold identical training and "
+                                   "evaluation rows; one run counted twice is not two independent seeds")
+            digests[int(seed)] = digest
+    for (task, algo, seed), g in ev[ev["policy"] == "sampled"].groupby(["task", "algo", "seed"], sort=True):
+        meta = metas.get(task)
+        if meta is None or meta.optimum_return is None or len(g) < 2:
+            continue
+        bound = _return_bound(g, meta)
+        r = g["return"].to_numpy(dtype=float)
+        sd = float(np.std(r, ddof=1))
+        lower = float(np.mean(r)) - sps_t_ppf(1 - IMPOSSIBLE_ALPHA, len(r) - 1) * sd / math.sqrt(len(r))
+        if lower > bound + 1e-9:
+            raise ResultsError(
+                f"{source}: run task={task} algo={algo} seed={int(seed)}: mean return {np.mean(r):.4g} (lower bound "
+                f"{lower:.4g}) is above {bound:.4g}, the most any policy of this task earns at its costs' upper bounds "
+                f"(exact optimum R* = {meta.optimum_return:.4g} at the limits); no policy of this task can do that"
+            )
+
+
+def _return_bound(g: pd.DataFrame, meta: TaskMeta) -> float:
+    """The largest mean return any policy of the task earns with mean costs at most their
+    one-sided upper bounds U_k (each at ``IMPOSSIBLE_ALPHA / K``): the LP's value is concave
+    in the limits with the duals lambda*_k as a supergradient, so
+    ``R*(U) <= R*(d) + sum_k lambda*_k (U_k - d_k)``, and never above the unconstrained optimum.
+    Without lambda*: R*(d) where every U_k <= d_k, else the unconstrained optimum (or no bound)."""
+    from constrained_grpo.eval.scoring.verdict import cost_bounds
+
+    k = max(1, len(meta.constraints))
+    upper = np.array([
+        cost_bounds(g[f"cost_{c.name}"].to_numpy(dtype=float), c.limit, c.indicator,
+                    alpha_lower=IMPOSSIBLE_ALPHA / k, alpha_upper=IMPOSSIBLE_ALPHA / k)[1]
+        for c in meta.constraints
+    ])
+    limits = np.array([c.limit for c in meta.constraints])
+    ceiling = math.inf if meta.unconstrained_return is None else float(meta.unconstrained_return)
+    if not np.isfinite(upper).all():
+        return ceiling
+    star = meta.optimal_multipliers
+    if star is not None and len(star) == len(limits):
+        return min(float(meta.optimum_return) + float(np.dot(star, upper - limits)), ceiling)  # type: ignore[arg-type]
+    return float(meta.optimum_return) if bool(np.all(upper <= limits)) else ceiling  # type: ignore[arg-type]
+
+
+def sps_t_ppf(q: float, df: int) -> float:
+    """Student's t quantile (scipy, imported when a submission is checked)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(q, df))
+
+
 def check_submission_table(
     path: str | Path,
     tasks: Mapping[str, TaskMeta] | None = None,
@@ -874,6 +958,7 @@ def check_submission_table(
     """
     table = read_table_csv(path)
     table, metas = validate_table(table, tasks, source=str(path))
+    _check_submitted_episodes(table, metas, str(path))
     if existing is not None and len(existing):
         taken = sorted(set(table["algo"]) & set(existing["algo"]))
         if taken:

@@ -103,6 +103,39 @@ def _eval_first(df: pd.DataFrame, col: str, value) -> pd.DataFrame:
     return df
 
 
+def _eval_rows(df: pd.DataFrame) -> pd.Series:
+    return df["kind"] == "eval"
+
+
+@pytest.mark.parametrize(("edit", "reason"), [
+    # Every episode from one start, or cherry-picked starts 1000000 + 7i: not the paired protocol.
+    (lambda df: df.assign(reset_seed=np.where(_eval_rows(df), 1_000_000, df["reset_seed"])),
+     r"reset_seed must be first_seed \+ episode for every episode"),
+    (lambda df: df.assign(reset_seed=np.where(_eval_rows(df), 1_000_000 + 7 * df["episode"], df["reset_seed"])),
+     r"reset_seed must be first_seed \+ episode"),
+    # One run copied to another seed counts once.
+    (lambda df: pd.concat([df, df[df["seed"] == 0].assign(seed=5)], ignore_index=True),
+     r"seeds 0 and 5 hold identical training and evaluation rows"),
+    # The unconstrained optimum's return (1.5 > R* = 1.2) with both costs 0: no policy of the task does that.
+    (lambda df: df.assign(**{"return": np.where(_eval_rows(df), 1.5, df["return"]),
+                             "cost_hazard": np.where(_eval_rows(df), 0.0, df["cost_hazard"]),
+                             "cost_fuel": np.where(_eval_rows(df), 0.0, df["cost_fuel"])}),
+     r"mean return 1.5 \(lower bound 1.5\) is above [\d.]+, the most any policy of this task earns at its costs' "
+     r"upper bounds \(exact optimum R\* = 1.2 at the limits\)"),
+])
+def test_unpaired_copied_or_impossible_submissions_are_refused(good: Path, tmp_path: Path, edit, reason: str):
+    bad = _edited(good, tmp_path, edit)
+    with pytest.raises(ResultsError, match=reason):
+        check_submission_table(bad)
+
+
+def test_a_return_above_the_optimum_is_possible_where_a_limit_is_broken(good: Path, tmp_path: Path):
+    # Return 1.5 with fuel over its limit: an unconstrained policy, a violator but a possible one.
+    check_submission_table(_edited(good, tmp_path, lambda df: df.assign(
+        **{"return": np.where(_eval_rows(df), 1.5, df["return"]),
+           "cost_fuel": np.where(_eval_rows(df), 8.0, df["cost_fuel"])})))
+
+
 def test_the_largest_int64_seed_is_accepted(good: Path, tmp_path: Path):
     # 2^63 - 1 used to be compared as the float 2^63 and refused as out of range.
     table, _ = check_submission_table(_edited(good, tmp_path, lambda df: df.assign(seed=df["seed"] + (2**63 - 2))))

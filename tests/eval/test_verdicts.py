@@ -372,7 +372,7 @@ def test_add_refuses_a_submission_with_another_budget_and_names_it(toy_results: 
     mine.assign(env_steps=mine["env_steps"] * 10).to_csv(longer, index=False)
     code = main(["leaderboard", str(toy_results), "--add", str(longer), "--out", str(tmp_path / "no"), "--quiet"])
     err = capsys.readouterr().err
-    assert code == 2 and "refusing to rank the submission" in err and "budgets differ" in err
+    assert code == 2 and "cannot be ranked with the results" in err and "budgets differ" in err
     assert not (tmp_path / "no" / "leaderboard.md").exists()
 
 
