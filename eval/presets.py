@@ -22,12 +22,23 @@ from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.options import merge_options
 from constrained_grpo.eval.sweep import expand_grid
 
-__all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "Scope", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "STANDARD_ALGOS", "Scope", "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
 
 _GRPO_NAMES: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo")
+
+#: The standard preset's algorithms: every constrained baseline the suite ships, the GRPO
+#: agents, the last-iterate rules and remedies, and the unconstrained ppo and grpo.
+STANDARD_ALGOS: tuple[str, ...] = (
+    *DEFAULT_ALGOS, "cgrpo-pid",
+    "trpo-lag", "cpo", "pcpo", "focops", "cup", "p3o", "rcpo", "saute-ppo",
+    "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo", "cgrpo-best", "cgrpo-mix",
+    "ppo-lag-ogda", "ppo-lag-al", "crpo",
+)
+#: Its GRPO agents (their small per-iteration preset on highway).
+_STANDARD_GRPO = tuple(a for a in STANDARD_ALGOS if a.startswith(("cgrpo", "grpo")))
 
 
 def _is_dotted_path(algo: str) -> bool:
@@ -247,6 +258,7 @@ PRESETS: dict[str, Preset] = {
             "(K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps (about 1 h), Highway-v1 x 10 seeds, "
             "Math/ChainSum-v0 and ChainSumLong-v0 (GRPO agents) x 10 seeds; reference policies unranked; about 1 h 52 min in all",
             tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
+            algos=STANDARD_ALGOS,
             seeds=tuple(range(10)),
             steps=1_000_000,
             references=True,
@@ -259,7 +271,7 @@ PRESETS: dict[str, Preset] = {
                     steps=HIGHWAY_STANDARD_STEPS,
                     # 8 groups of 8 episodes (up to 30 steps) per GRPO iteration: more iterations
                     # per env step where crashes end episodes early.
-                    config={algo: {"preset": "quick"} for algo in _GRPO_NAMES},
+                    config={algo: {"preset": "quick"} for algo in _STANDARD_GRPO},
                 ),
                 # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
                 # transformer warm-started by 1500 supervised steps): 150 iterations.

@@ -138,5 +138,7 @@ def register_variants() -> None:
             description=v.description,
             constrained=v.constrained,
             lambda_in_reward_units=v.lambda_in_reward_units,
-            acts_on_text=True,  # make_grpo_agent builds the language-model agent on a text task
+            # make_grpo_agent builds the language-model agent on a text task, which deploys its
+            # last iterate only (the remedies keep snapshots of control policies).
+            acts_on_text=v.options.get("final_policy", "last") == "last",
         )

@@ -6,7 +6,8 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY
 from constrained_grpo.envs import list_tasks
-from constrained_grpo.eval.presets import DEFAULT_ALGOS, PRESETS, get_preset, resolve
+from constrained_grpo.eval.presets import DEFAULT_ALGOS, PRESETS, STANDARD_ALGOS, get_preset, resolve
+from constrained_grpo.registry import agent_spec, list_agents
 
 
 def test_presets_name_registered_tasks():
@@ -49,6 +50,10 @@ def test_overrides():
 GRPO = ("cgrpo", "grpo-screw", "grpo")
 
 
+#: The standard preset's algorithms on the math tasks: its GRPO agents that act on text.
+STANDARD_TEXT = ("cgrpo", "grpo-screw", "grpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo")
+
+
 def _grid(preset) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], int, int]]:
     """``{task: (algos, seeds, steps, eval_episodes)}`` of a preset's learner runs (its reference
     policies: tests/eval/test_references.py), checking they form a grid per task."""
@@ -77,17 +82,26 @@ def test_quick_runs():
 def test_standard_runs():
     preset = PRESETS["standard"]
     ten = tuple(range(10))
+    # Every constrained baseline the suite ships, the GRPO agents, the last-iterate rules and
+    # remedies, and the unconstrained ppo and grpo; the GRPO family on the math tasks.
+    shipped = {a for a in list_agents() if not a.endswith("-omnisafe") and not agent_spec(a).reference
+               and not a.startswith(("cgrpo-batchstd", "cgrpo-dara", "cgrpo-drgrpo", "cgrpo-gdpo", "cgrpo-gspo",
+                                     "cgrpo-maxrl", "cgrpo-mu", "cgrpo-norm", "cgrpo-softmax"))}
+    assert set(STANDARD_ALGOS) == shipped and len(STANDARD_ALGOS) == 25
+    # On math the GRPO agents that can act on text (the deployed-policy remedies cannot).
+    text = STANDARD_TEXT
+    assert text == tuple(a for a in STANDARD_ALGOS if agent_spec(a).acts_on_text)
     assert _grid(preset) == {
-        "Grid/HazardFuel-v0": (DEFAULT_ALGOS, ten, 3_000_000, None),
-        "Grid/HazardFuel3x3-v0": (DEFAULT_ALGOS, ten, 1_000_000, None),
-        "Grid/HazardFuelSlip-v0": (DEFAULT_ALGOS, ten, 2_000_000, None),
-        "Grid/HazardFuelMud-v0": (DEFAULT_ALGOS, ten, 3_000_000, None),
-        "Highway/Highway-v1": (DEFAULT_ALGOS, ten, 300_000, None),
-        "Math/ChainSum-v0": (GRPO, ten, 9_600, None),
-        "Math/ChainSumLong-v0": (GRPO, ten, 9_600, None),
+        "Grid/HazardFuel-v0": (STANDARD_ALGOS, ten, 3_000_000, None),
+        "Grid/HazardFuel3x3-v0": (STANDARD_ALGOS, ten, 1_000_000, None),
+        "Grid/HazardFuelSlip-v0": (STANDARD_ALGOS, ten, 2_000_000, None),
+        "Grid/HazardFuelMud-v0": (STANDARD_ALGOS, ten, 3_000_000, None),
+        "Highway/Highway-v1": (STANDARD_ALGOS, ten, 300_000, None),
+        "Math/ChainSum-v0": (text, ten, 9_600, None),
+        "Math/ChainSumLong-v0": (text, ten, 9_600, None),
     }
     # Learners, then references: 3 per gridworld task, random + safe driver on highway, the warm start on math.
-    assert len(preset.runs()) == 4 * (6 + 3) * 10 + (6 + 2) * 10 + 2 * (3 + 1) * 10
+    assert len(preset.runs()) == 4 * (25 + 3) * 10 + (25 + 2) * 10 + 2 * (9 + 1) * 10
     # The coupling experiment's setting is the standard preset's Grid/HazardFuel-v0 (same algos' configs, budget, seeds).
     coupling = PRESETS["coupling"]
     assert coupling.budgets() == {"Grid/HazardFuel-v0": preset.budgets()["Grid/HazardFuel-v0"]}
@@ -95,6 +109,7 @@ def test_standard_runs():
     assert set(coupling.algos) <= set(preset.task_algos("Grid/HazardFuel-v0"))
     configs = {(r.task.split("/")[0], r.algo): r.config for r in preset.runs()}
     assert configs[("Highway", "cgrpo")] == {"preset": "quick"} and configs[("Highway", "ppo-lag")] == {}
+    assert configs[("Highway", "cgrpo-best")] == {"preset": "quick"} and configs[("Highway", "cpo")] == {}
     assert configs[("Grid", "cgrpo")] == {} and configs[("Math", "grpo")] == {}
     assert not any(t.startswith("Safety/") for t in preset.resolved_tasks())
 
@@ -127,12 +142,12 @@ def test_paper_safety_runs_use_the_omnisafe_cost_limit_25():
 def test_math_runs_only_grpo_agents():
     for preset in PRESETS.values():
         algos = {r.algo for r in preset.runs() if r.task.startswith("Math/")}
-        assert algos <= set(GRPO) | {"ref-warmstart"}
+        assert all(agent_spec(a).acts_on_text for a in algos - {"ref-warmstart"})
     scope = PRESETS["standard"].scope("Math/ChainSum-v0")
     assert all(scope.allows(a) for a in ("cgrpo", "grpo-screw", "grpo", "cgrpo-gdpo", TOY))
-    assert not any(scope.allows(a) for a in ("ppo-lag", "pid-lag", "ppo"))
+    assert not any(scope.allows(a) for a in ("ppo-lag", "pid-lag", "ppo", "cgrpo-best", "cgrpo-mix"))
     # The restriction belongs to the family: every math task gets it.
-    assert PRESETS["standard"].task_algos("Math/Arithmetic-v0") == GRPO
+    assert PRESETS["standard"].task_algos("Math/Arithmetic-v0") == STANDARD_TEXT
 
 
 def test_algos_override_intersects_with_the_family_restriction():
@@ -159,7 +174,7 @@ def test_seed_steps_and_eval_overrides_replace_the_scopes():
     preset = resolve("standard", seeds=2, steps=1_000, eval_episodes=13)
     grid = _grid(preset)
     assert {v[1:] for v in grid.values()} == {((0, 1), 1_000, 13)}
-    assert grid["Math/ChainSum-v0"][0] == GRPO
+    assert grid["Math/ChainSum-v0"][0] == STANDARD_TEXT
     # Scope config stays; the preset-wide config (where `--config` lands) wins over it.
     from dataclasses import replace
 
