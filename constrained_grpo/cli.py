@@ -151,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-save", action="store_true", help="do not save the agents")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--force", action="store_true", help="redo completed runs recorded with other settings")
+    b.add_argument("--skip-recorded", type=Path, action="append", default=[], metavar="DIR",
+                   help="skip the runs a compact record holds with this very configuration (a sweep in parts)")
     _monitor_options(b)
 
     lb = sub.add_parser("leaderboard", parents=[common], help="rank the results in DIR; or validate a submission")
@@ -247,6 +249,12 @@ def _check_args(args: argparse.Namespace) -> None:
         at_least("--eval-episodes", args.eval_episodes, 1)
         at_least("--workers", args.workers, 1)
         at_least("--retries", args.retries, 0)
+        from constrained_grpo.eval.scoring.record import MANIFEST, is_record
+
+        for folder in args.skip_recorded:
+            if not is_record(folder):
+                raise CliError(f"--skip-recorded {folder} holds no compact record ({MANIFEST}); give a folder packed "
+                               "by `python -m constrained_grpo.eval.scoring.record pack`")
         if args.out is not None:
             _writable_dir(args.out, "--out")
     if args.command == "leaderboard":
@@ -601,6 +609,12 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
         if key not in checked:
             checked.add(key)
             _resolve(spec.algo, spec.task, dict(spec.config))
+    if args.skip_recorded:
+        from constrained_grpo.eval.sweep import without_recorded
+
+        specs, recorded = without_recorded(specs, args.skip_recorded)
+        print(f"[bench] {len(recorded)} run(s) held with this configuration by {', '.join(map(str, args.skip_recorded))}; "
+              "skipping them", file=sys.stderr)
     out = args.out if args.out is not None else Path("runs") / preset.name
     print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
           + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)

@@ -428,6 +428,25 @@ class _RayBackend:
 # ------------------------------------------------------------------------------ the sweep
 
 
+def without_recorded(specs: Sequence[RunSpec], records: Sequence[str | Path]) -> tuple[list[RunSpec], list[str]]:
+    """``(specs to run, keys skipped)``: the runs that a compact record in ``records`` holds
+    with this very configuration (:meth:`RunSpec.difference` of its ``config.json`` is None)
+    are left out, so that a sweep split over several sessions resumes from what was packed."""
+    from constrained_grpo.eval.scoring.record import load_record
+
+    held: dict[tuple[str, str, int], Mapping[str, Any]] = {}
+    for folder in records:
+        held.update({key: cfg for key, (cfg, _) in load_record(folder, configs=True).configs.items()})
+    todo, skipped = [], []
+    for spec in specs:
+        cfg = held.get((spec.task, spec.algo, int(spec.seed)))
+        if cfg is not None and spec.difference(cfg) is None:
+            skipped.append(spec.key)
+        else:
+            todo.append(spec)
+    return todo, skipped
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 

@@ -119,3 +119,21 @@ def test_a_folder_of_records_names_the_one_to_rank(toy_results: Path, packed: Pa
     shutil.copytree(toy_results / "Grid", tmp_path / "both" / "Grid")
     with pytest.raises(ResultsError, match=r"holds a compact record \(record.json\) and run directories: pack the runs"):
         load_results(tmp_path / "both")
+
+
+def test_a_sweep_in_parts_skips_the_runs_a_record_holds_as_asked(packed: Path, tmp_path: Path) -> None:
+    from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
+
+    from constrained_grpo.eval.sweep import expand_grid, without_recorded
+
+    # The toy results are 2 algorithms x seeds 0-1 at 300 steps and 13 episodes.
+    same = expand_grid([TASK], [TOY, TOY_UNCONSTRAINED], [0, 1, 2], 300, eval_episodes=13, save_agent=False)
+    todo, skipped = without_recorded(same, [packed])
+    assert sorted(skipped) == sorted(s.key for s in same if s.seed < 2) and [s.seed for s in todo] == [2, 2]
+    longer = expand_grid([TASK], [TOY], [0], 600, eval_episodes=13, save_agent=False)
+    assert without_recorded(longer, [packed]) == (longer, [])  # another budget: not the recorded run
+    from constrained_grpo.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--preset", "quick", "--skip-recorded", str(tmp_path), "--out", str(tmp_path / "o")])
+    assert not (tmp_path / "o").exists()
