@@ -251,12 +251,13 @@ PRESETS: dict[str, Preset] = {
         # Budgets from learning curves (docs/benchmark.md section "Budgets"): per task, the budget
         # at which the best learner's curve has plateaued, the same for every algorithm of the task.
         # Grid/HazardFuel-v0 at 3M steps with cgrpo and grpo-screw is also the coupling setting.
-        # Per-run costs and the wall time on 2 cores in docs/tuning.md.
+        # Per-run costs, the plan and the wall time on 2 cores in docs/tuning.md.
         Preset(
             "standard",
-            "every family at budgets where learners converge, --workers 2 on 2 cores: 4 gridworld tasks "
-            "(K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps (about 1 h), Highway-v1 x 10 seeds, "
-            "Math/ChainSum-v0 and ChainSumLong-v0 (GRPO agents) x 10 seeds; reference policies unranked; about 1 h 52 min in all",
+            "every algorithm the suite ships (25) on every family at budgets where learners converge: 4 gridworld "
+            "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSum-v0 and "
+            "ChainSumLong-v0 (the GRPO agents that act on text) x 10 seeds; reference policies unranked; 1,590 runs, "
+            "planned at about 19 core-hours (9.5 h with --workers 2 on 2 cores): run it in parts with --skip-recorded",
             tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
             algos=STANDARD_ALGOS,
             seeds=tuple(range(10)),
