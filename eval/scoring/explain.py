@@ -8,8 +8,10 @@ limit k when its lower bound is above, and cannot be told otherwise), its mean e
 ``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the task has one, for each
 broken limit the mean cost ``J_k`` against ``d_k`` and the share of evaluation episodes over
 ``d_k`` (``1 - within_k``) over the seeds that break it, and for the seeds that cannot be told
-the mean cost and upper bound ``U_k``. "highest return" marks the ranked
-algorithm(s) with the largest ``R``.
+the mean cost and upper bound ``U_k``; where seeds whose final policy is not within the limits
+have an average iterate (the training tail, ``tail_feasible``) that is, the sentence says the
+run has not converged at its budget. "highest return" marks the ranked algorithm(s) with the
+largest ``R``.
 
 >>> print(explain_sentence("ppo", {"return": 1.5, "seeds": 5, "feasible": 0, "broken": {"hazard": 5},
 ...       "cost": {"hazard": 0.62}, "over": {"hazard": 0.62}}, _meta_for_doc(), highest=True))
@@ -59,6 +61,9 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
     def mean_of(col: str, rows: pd.Series) -> float:
         return _mean(g.loc[rows, col].astype(float).tolist())
 
+    tail_ok = (g["tail_feasible"].astype(bool) if "tail_feasible" in g and "final_return" in g
+               else pd.Series(False, index=g.index))
+
     return {
         "seeds": len(g),
         "feasible": int((g["feasibility"] == "feasible").sum()),
@@ -74,6 +79,11 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
         "unsure": {k: int(unsure[k].sum()) for k in names},
         "unsure_cost": {k: mean_of(f"eval_cost_{k}", unsure[k]) for k in names},
         "unsure_upper": {k: mean_of(f"eval_cost_hi_{k}", unsure[k]) for k in names},
+        # Seeds whose final policy is not within the limits while their average iterate (the
+        # training tail) is: the run has not converged at its budget, it cycles around the limits.
+        "unconverged": int(((g["feasibility"] != "feasible") & tail_ok).sum()),
+        "unconverged_return": (mean_of("final_return", (g["feasibility"] != "feasible") & tail_ok)
+                               if "final_return" in g else math.nan),
     }
 
 
@@ -108,6 +118,11 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
         parts.append(f"too close to call on {u}/{n} seeds{detail}")
     if not parts:  # neither feasible, broken nor undetermined: not reachable
         parts.append("breaks a limit")
+    m = int(summary.get("unconverged", 0))
+    if m and not reference:
+        parts.append(f"not converged on {m}/{n} seeds: there its average iterate (the last 20% of training) keeps "
+                     f"{_limits_word(len(meta.constraints))}, return {_g(float(summary['unconverged_return']))}, "
+                     "while its final policy is not shown within them")
     kept = f"within {_limits_word(len(meta.constraints))} on {f}/{n} seeds; " if f else ""
     return f"{name}: {head}; {kept}{'; '.join(parts)}."
 

@@ -85,6 +85,24 @@ def test_a_cost_whose_interval_straddles_the_limit_is_too_close_to_call() -> Non
         "against 0.2: the 95% bounds over the evaluation episodes straddle the tolerated level).")
 
 
+def test_a_run_whose_average_iterate_keeps_the_limits_is_called_not_converged() -> None:
+    # ppo-lag at a short budget: its final policy takes the hazard route (seed 0 over, seed 1
+    # within), while its training tail keeps both limits on seed 0 at return 1.19.
+    rows = pd.DataFrame([
+        {**_run("ppo-lag", 0, 1.50, 0.90, 4.00, 0.10, 1.00), "tail_feasible": True, "final_return": 1.19},
+        {**_run("ppo-lag", 1, 1.18, 0.10, 4.00, 0.90, 1.00), "tail_feasible": True, "final_return": 1.17},
+    ])
+    s = algo_summary(rows, META)
+    assert s["unconverged"] == 1 and s["unconverged_return"] == pytest.approx(1.19)
+    assert explain_sentence("ppo-lag", s, META).endswith(
+        "not converged on 1/2 seeds: there its average iterate (the last 20% of training) keeps both limits, "
+        "return 1.19, while its final policy is not shown within them.")
+    # A reference policy has no training to converge; a feasible seed is not counted.
+    assert "not converged" not in explain_sentence("ref", s, META, reference=True)
+    rows.loc[0, "tail_feasible"] = False
+    assert algo_summary(rows, META)["unconverged"] == 0
+
+
 def test_sentences_in_rank_order_then_references() -> None:
     lines = explain_task(_lb(["cgrpo", "grpo-screw", "ppo"]), META)
     assert lines == [
