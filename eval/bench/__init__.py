@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help=f"subset of {list_benchmarks()}")
     args = parser.parse_args(argv)
     names = list_benchmarks()
+    code_version()  # the commit as the run starts (cached): what every row measured
     unknown = sorted(set(args.only or []) - set(names))
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; available: {names}")

@@ -219,9 +219,10 @@ def run(
     import torch
 
     from constrained_grpo.baselines.agent import BASELINES as SB3_BASED
-    from constrained_grpo.eval.bench import write_rows
+    from constrained_grpo.eval.bench import code_version, write_rows
     from constrained_grpo.registry import agent_spec, list_agents
 
+    code_version()  # the commit as the measurement starts (cached for every row)
     torch.set_num_threads(1)  # as in every child, so that the torch_threads column says what ran
     if rounds < 1 or cap < 1:
         raise ValueError(f"rounds={rounds} and cap={cap} must be >= 1")
