@@ -51,6 +51,8 @@ SCHEMA = "cgrpo-record/1"
 MANIFEST = "record.json"
 #: A record's files are read whole: a larger one is refused before it is read.
 MAX_FILE_BYTES = 64 * 1024 * 1024
+#: What one task file may unpack to (its arrays in memory).
+MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 _STRING_DTYPE = "str"
 
@@ -161,21 +163,19 @@ def write_record(out: str | Path, table: pd.DataFrame, tasks: Mapping[str, TaskM
             if kinds.setdefault(col, kind) != kind:
                 raise ValueError(f"column {col!r} is {kind} for {task} but {kinds[col]} elsewhere")
             arrays.update(enc)
-        run_keys = [f"{a}/{int(s)}" for a, s in zip(keys["algo"], keys["seed"])]
-        missing = [k for k in run_keys if (task, *k.rsplit("/", 1)) not in {(t, a, str(s)) for t, a, s in configs}]
+        runs = [(str(task), str(a), int(s)) for a, s in zip(keys["algo"], keys["seed"])]
+        missing = [f"{a}/seed_{s}" for _, a, s in runs if (task, a, s) not in configs]
         if missing:
             raise ValueError(f"{task}: no config.json recorded for run(s) {missing[:3]}")
-        arrays["run_keys"] = np.array(run_keys, dtype=np.str_)
-        arrays["configs"] = np.array([json.dumps(configs[(task, k.rsplit('/', 1)[0], int(k.rsplit('/', 1)[1]))][0], sort_keys=True)
-                                      for k in run_keys], dtype=np.str_)
-        arrays["done"] = np.array([json.dumps(configs[(task, k.rsplit('/', 1)[0], int(k.rsplit('/', 1)[1]))][1], sort_keys=True)
-                                   for k in run_keys], dtype=np.str_)
+        arrays["run_keys"] = np.array([f"{a}/{s}" for _, a, s in runs], dtype=np.str_)
+        for i, field in enumerate(("configs", "done")):
+            arrays[field] = np.array([json.dumps(configs[key][i], sort_keys=True) for key in runs], dtype=np.str_)
         name = _task_file(str(task))
         blob = _zip_bytes(arrays)
         if len(blob) > MAX_FILE_BYTES:
             raise ValueError(f"{task}: its record file would be {len(blob)} bytes, over {MAX_FILE_BYTES}")
         blobs[name] = blob
-        files.append({"task": str(task), "file": name, "rows": int(len(rows)), "runs": len(run_keys),
+        files.append({"task": str(task), "file": name, "rows": int(len(rows)), "runs": len(runs),
                       "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
     manifest = {
         "schema": SCHEMA,
@@ -247,6 +247,14 @@ def load_record(path: str | Path, *, configs: bool = False) -> Record:
         blob = _read_capped(file, size)
         if hashlib.sha256(blob).hexdigest() != digest:
             raise ValueError(f"{file}: its SHA-256 differs from {where}'s: the file was changed; pack the record again")
+        try:
+            # A crafted file may deflate to far more than its size: its entries' sizes are checked first.
+            with zipfile.ZipFile(io.BytesIO(blob)) as zf:
+                unpacked = sum(info.file_size for info in zf.infolist())
+        except (OSError, zipfile.BadZipFile, EOFError, ValueError) as err:
+            raise ValueError(f"{file}: not a readable record file ({type(err).__name__}); pack the record again") from None
+        if unpacked > MAX_UNPACKED_BYTES:
+            raise ValueError(f"{file} unpacks to {unpacked:,} bytes, over {MAX_UNPACKED_BYTES:,}; it is not a record file")
         try:
             with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
                 arrays = {k: npz[k] for k in npz.files}

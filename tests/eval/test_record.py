@@ -137,3 +137,22 @@ def test_a_sweep_in_parts_skips_the_runs_a_record_holds_as_asked(packed: Path, t
     with pytest.raises(SystemExit):
         main(["bench", "--preset", "quick", "--skip-recorded", str(tmp_path), "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_task_file_that_would_unpack_to_gigabytes_is_refused_unread(packed: Path, tmp_path: Path) -> None:
+    import hashlib
+    import zipfile
+
+    dest, task_file = _copy(packed, tmp_path)
+    with zipfile.ZipFile(task_file, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("task.values.npy", "w", force_zip64=True) as fh:  # 1.1 GB of zeros, a few MB packed
+            block = b"\0" * (1 << 24)
+            for _ in range(70):
+                fh.write(block)
+    doc = json.loads((dest / record.MANIFEST).read_text())
+    entry = next(f for f in doc["files"] if f["file"] == task_file.name)
+    blob = task_file.read_bytes()
+    entry.update(bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    (dest / record.MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=rf"{task_file.name} unpacks to [\d,]+ bytes, over"):
+        load_results(dest)
