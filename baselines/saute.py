@@ -30,6 +30,7 @@ from stable_baselines3.common.vec_env.base_vec_env import VecEnvObs, VecEnvStepR
 from constrained_grpo.baselines.config import PPOConfig
 from constrained_grpo.baselines.vec_env import GymVectorVecEnv
 from constrained_grpo.constraints import costs_from_info
+from constrained_grpo.nonfinite import NonFiniteRolloutError
 
 __all__ = ["SauteConfig", "SauteObservation", "SauteVecEnv", "saute_reward", "saute_update"]
 
@@ -91,6 +92,11 @@ class SauteVecEnv(VecEnvWrapper):
             costs = self.venv.step_costs
         else:
             costs = np.stack([costs_from_info(info, self.k) for info in infos])
+        if not np.isfinite(costs).all():
+            # Named as the cost it is: the budget it would spend goes into the observation next.
+            rows = np.flatnonzero(~np.isfinite(np.asarray(costs)).all(axis=1))
+            raise NonFiniteRolloutError(f"non-finite cost from env(s) {rows[:8].tolist()}; training stopped before "
+                                        "the budget took it. Check the task's cost for NaN or inf.")
         z_next = saute_update(self.z, costs, self.limits, self.gamma_s)
         rewards = saute_reward(rewards, z_next, self.unsafe_reward).astype(np.float32)
         for i in np.flatnonzero(dones):

@@ -160,3 +160,30 @@ def test_trainer_stops_on_a_non_finite_loss_before_stepping() -> None:
     assert [r["iteration"] for r in logged] == [1, 2]
     for k, v in policy.state_dict().items():  # the bad iteration changed no weight
         assert torch.equal(v, before[k])
+
+
+class NaNCostGrid(GridWorldEnv):
+    """The 3x3 gridworld whose fuel cost is NaN from its ``NAN_AFTER``-th step on."""
+
+    def __init__(self, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.steps = 0
+
+    def step(self, action: Any):
+        obs, reward, terminated, truncated, info = super().step(action)
+        self.steps += 1
+        if self.steps >= NAN_AFTER:
+            info = {**info, "costs": np.array([info["costs"][0], np.nan])}
+        return obs, reward, terminated, truncated, info
+
+
+NAN_COST_ID = "TestNonFinite/NaNCost-v0"
+if NAN_COST_ID not in gym.registry:
+    gym.register(id=NAN_COST_ID, entry_point=NaNCostGrid, kwargs=dict(GRID_3X3))
+
+
+def test_saute_names_a_nan_cost_as_a_cost() -> None:
+    # It used to reach the budget, then the observation, and be reported as a NaN observation.
+    agent = constrained_grpo.make_agent("saute-ppo", NAN_COST_ID, seed=0, n_envs=2, n_steps=16, batch_size=16, n_epochs=1)
+    with pytest.raises(NonFiniteRolloutError, match=r"non-finite cost from env\(s\) \[0, 1\]"):
+        agent.learn(100_000, lambda record: None)
