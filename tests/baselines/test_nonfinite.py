@@ -41,8 +41,12 @@ class NaNObsGrid(GridWorldEnv):
         obs, reward, terminated, truncated, info = super().step(action)
         self.steps += 1
         if self.steps >= NAN_AFTER:
-            obs = np.full_like(obs, np.nan)
+            obs, info = self.spoil(obs, info)
         return obs, reward, terminated, truncated, info
+
+    def spoil(self, obs: np.ndarray, info: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+        """What turns non-finite: here the observation."""
+        return np.full_like(obs, np.nan), info
 
 
 class NaNObsBatchedGrid(BatchedGridWorld):
@@ -162,19 +166,11 @@ def test_trainer_stops_on_a_non_finite_loss_before_stepping() -> None:
         assert torch.equal(v, before[k])
 
 
-class NaNCostGrid(GridWorldEnv):
-    """The 3x3 gridworld whose fuel cost is NaN from its ``NAN_AFTER``-th step on."""
+class NaNCostGrid(NaNObsGrid):
+    """The 3x3 gridworld whose fuel cost (not its observation) is NaN from its ``NAN_AFTER``-th step on."""
 
-    def __init__(self, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.steps = 0
-
-    def step(self, action: Any):
-        obs, reward, terminated, truncated, info = super().step(action)
-        self.steps += 1
-        if self.steps >= NAN_AFTER:
-            info = {**info, "costs": np.array([info["costs"][0], np.nan])}
-        return obs, reward, terminated, truncated, info
+    def spoil(self, obs: np.ndarray, info: dict[str, Any]) -> tuple[np.ndarray, dict[str, Any]]:
+        return obs, {**info, "costs": np.array([info["costs"][0], np.nan])}
 
 
 NAN_COST_ID = "TestNonFinite/NaNCost-v0"
