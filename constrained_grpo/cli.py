@@ -163,7 +163,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
     lb.add_argument("--table", action="store_true",
-                    help="also write OUT/results.csv, the long table with every iteration and evaluation episode")
+                    help="also write OUT/results.csv, the long table with every iteration and evaluation episode "
+                         "(of a compact record: OUT/train.csv and OUT/evals.csv, its train rows and evaluation summaries)")
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     lb.add_argument("--explain", action="store_true",
                     help="end with one plain sentence per algorithm and task (limits kept, return against R*)")
@@ -627,16 +628,18 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return 0 if report.ok else 1
 
 
-def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any]]:
+def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any], Any]:
+    """``(table, tasks, summaries)``: a long table (a CSV file or the runs under a folder),
+    and its evaluation summaries when it holds only train rows (a compact record), else None."""
     from constrained_grpo.eval.scoring.loader import load_results, read_table_csv, validate_table
 
     if path.is_file():
-        return validate_table(read_table_csv(path), source=str(path))
+        return (*validate_table(read_table_csv(path), source=str(path)), None)
     results = load_results(path, allow_incomplete=allow_incomplete)
     if results.incomplete:
         print(f"warning: left out {len(results.incomplete)} incomplete run(s): "
               + ", ".join(str(p) for p in results.incomplete), file=sys.stderr)
-    return results.table, results.tasks
+    return results.table, results.tasks, results.summaries
 
 
 def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
@@ -653,17 +656,17 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.scoring.loader import ResultsError, validate_table
 
     if args.check is not None:
-        tasks, existing = None, None
+        tasks, existing, existing_evals = None, None, None
         references: list[str] = []
         if args.dir.is_dir():
             try:
-                existing, tasks = _load(args.dir, True)
+                existing, tasks, existing_evals = _load(args.dir, True)
                 references = [a for a, p in _algo_properties(args.dir).items() if p.get("reference")]
             except ResultsError:
                 tasks = None  # no usable runs: check against the registered tasks
         try:
             # The rules of --add exactly: the clash with the results and the protocol included.
-            table, _ = check_submission(args.check, tasks, existing, references)
+            table, _ = check_submission(args.check, tasks, existing, references, existing_evals)
         except ResultsError as err:
             reason = str(err).removeprefix(f"{args.check}: ")  # the path once, before the reason
             print(f"REJECTED {args.check}: {reason}")
@@ -673,14 +676,19 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
               f"algorithms {sorted(table['algo'].unique())}")
         return 0
 
-    table, tasks = _load(args.dir, args.allow_incomplete)
+    table, tasks, evals = _load(args.dir, args.allow_incomplete)
     added: set[str] = set()
     props = _algo_properties(args.dir)
     for extra in args.add:
-        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")])
-        table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
+        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
+        if evals is None:
+            table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
+        else:  # a compact record: its runs were validated when packed, the submission just now
+            from constrained_grpo.eval.scoring.loader import join_summarised
+
+            table, tasks, evals = join_summarised(table, tasks, evals, sub, sub_tasks)
         added |= set(sub["algo"])
-    lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol,
+    lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
                            references=[a for a, p in props.items() if p.get("reference")])
@@ -690,7 +698,7 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
-    paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None)
+    paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None, evals=evals)
     figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
     if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
         from constrained_grpo.eval import storage
@@ -712,10 +720,10 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
     from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL
 
-    table, tasks = _load(args.dir, args.allow_incomplete)
+    table, tasks, evals = _load(args.dir, args.allow_incomplete)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
     units = {a: bool(p["lambda_in_reward_units"]) for a, p in _algo_properties(args.dir).items()}
-    for path in make_plots(table, tasks, out, tol=DEFAULT_TOL, lambda_in_reward_units=units):
+    for path in make_plots(table, tasks, out, tol=DEFAULT_TOL, lambda_in_reward_units=units, evals=evals):
         print(path)
     return 0
 

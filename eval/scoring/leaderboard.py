@@ -48,7 +48,7 @@ from scipy.stats import rankdata
 from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
-from constrained_grpo.eval.scoring.metrics import run_metrics
+from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL
 from constrained_grpo.schema import TaskMeta
@@ -584,8 +584,10 @@ def build_leaderboard(
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     lambda_max: Mapping[str, float] | None = None,
     references: Collection[str] = (),
+    evals: pd.DataFrame | None = None,
 ) -> Leaderboard:
-    """Metrics, shared rankings and the page's sections from a long table.
+    """Metrics, shared rankings and the page's sections from a long table (``evals``: its
+    runs' evaluation summaries when it holds only train rows, as a compact record does).
 
     ``lambda_in_reward_units`` and ``lambda_max`` (per algorithm, as its runs record them,
     ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class.
@@ -593,7 +595,8 @@ def build_leaderboard(
     shown under each task without a rank, and they take part in no comparison."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
-    runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max)
+    runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max,
+                       evals=evals)
     runs.insert(4, "reference", runs["algo"].isin(set(references)))
     ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
     reasons_by_task = comparability(runs_ranked)
@@ -807,10 +810,13 @@ def _rounded_csv(df: pd.DataFrame) -> str:
     return escape_csv_formulas(df).to_csv(index=False, lineterminator="\n", float_format=f"%.{SIGNIFICANT_DIGITS}g")
 
 
-def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame | None = None) -> list[Path]:
+def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame | None = None,
+                      evals: pd.DataFrame | None = None) -> list[Path]:
     """Write ``leaderboard.md``, ``leaderboard.html``, ``runs.csv`` (per-run metrics),
     ``pairs.csv`` (every pair test, :attr:`Leaderboard.pairs`) and, when ``table`` is given,
-    ``results.csv`` (the long table, a valid submission)."""
+    ``results.csv`` (the long table, a valid submission); with ``evals`` (``table`` holds
+    only train rows: a compact record), ``train.csv`` and ``evals.csv`` (the evaluation
+    summaries) instead."""
     out = Path(out)
     paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv", out / "pairs.csv"]
     storage.atomic_write_text(paths[0], render_markdown(lb))
@@ -818,28 +824,39 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     storage.atomic_write_text(paths[2], _rounded_csv(lb.runs))
     storage.atomic_write_text(paths[3], _rounded_csv(lb.pairs))
     if table is not None:
-        paths.append(out / "results.csv")
-        storage.atomic_write_text(paths[-1], _rounded_csv(table))
+        if evals is None:
+            paths.append(out / "results.csv")
+            storage.atomic_write_text(paths[-1], _rounded_csv(table))
+        else:
+            paths += [out / "train.csv", out / "evals.csv"]
+            storage.atomic_write_text(paths[-2], _rounded_csv(table))
+            storage.atomic_write_text(paths[-1], _rounded_csv(evals))
     return paths
 
 
 def check_submission(
     path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None,
-    references: Collection[str] = (),
+    references: Collection[str] = (), existing_evals: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
     """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError``
     with the reason. The one rule set of ``--check`` and ``--add``:
     ``loader.check_submission_table``, then, against ``existing``, the protocol rules by
     which a task's runs are ranked together (:func:`comparability`: the same evaluated
     policies and first reset seed, budgets within a factor ``BUDGET_RATIO``), on the
-    submission's tasks, with the ``references`` (unranked rows) left out."""
+    submission's tasks, with the ``references`` (unranked rows) left out. ``existing_evals``:
+    the evaluation summaries of ``existing`` when it holds only train rows (a compact record)."""
     table, metas = check_submission_table(path, tasks, existing)
     if existing is not None and len(existing):
         mine = set(table["task"])
-        joined = pd.concat([existing[existing["task"].isin(mine) & ~existing["algo"].isin(set(references))], table],
-                           ignore_index=True)
+        theirs = existing["task"].isin(mine) & ~existing["algo"].isin(set(references))
+        joined = pd.concat([existing[theirs], table], ignore_index=True)
         all_tasks = {**(tasks or {}), **metas}
-        runs = run_metrics(joined, {t: all_tasks[t] for t in mine if t in all_tasks})
+        scope = {t: all_tasks[t] for t in mine if t in all_tasks}
+        evals = None
+        if existing_evals is not None:
+            kept = existing_evals["task"].isin(mine) & ~existing_evals["algo"].isin(set(references))
+            evals = pd.concat([existing_evals[kept], eval_summaries(table, scope)], ignore_index=True)
+        runs = run_metrics(joined, scope, evals=evals)
         reasons = comparability(runs)
         if reasons:
             raise ResultsError(f"{path}: cannot be ranked with the results: " + "; ".join(

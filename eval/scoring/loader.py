@@ -30,6 +30,8 @@ lambda_<name>   float    multiplier of <name> after the iteration (train); the f
 eff_w_<comp>    float    optional: effective weight of component <comp> (reward or a constraint)
 ==============  =======  ==================================================================
 
+A train row's measured values (``return``, ``cost_*``, ``lambda_*``, ``eff_w_*``, ``wall_s``)
+are read at ``TRAIN_DIGITS`` (4) significant digits; eval rows are kept as written.
 The columns are ``constrained_grpo.schema.CORE_COLUMNS``; a train row is keyed by
 ``iteration``, an eval row by ``(policy, episode)``. Columns of constraints that a row's
 task does not have are empty. Everything else an
@@ -70,6 +72,7 @@ __all__ = [
     "escape_markdown",
     "find_runs",
     "algo_properties",
+    "join_summarised",
     "load_results",
     "load_run",
     "read_table_csv",
@@ -116,16 +119,26 @@ class Results:
         tasks: the metadata (constraints, optimum) of every task in ``table``.
         incomplete: run directories without a completion marker (only when allowed).
         failed: run directories whose last attempt failed, with the first line of the error.
+        summaries: the runs' evaluation summaries when ``table`` holds only their train rows
+            (a compact record); None when its eval rows give them.
     """
 
     table: pd.DataFrame
     tasks: dict[str, TaskMeta]
     incomplete: tuple[Path, ...] = ()
     failed: dict[str, str] = field(default_factory=dict)
+    summaries: pd.DataFrame | None = None
 
     @property
     def algos(self) -> list[str]:
         return sorted(self.table["algo"].unique())
+
+    @functools.cached_property
+    def evals(self) -> pd.DataFrame:
+        """One row per run and evaluated policy (:func:`~constrained_grpo.eval.scoring.metrics.eval_summaries`)."""
+        from constrained_grpo.eval.scoring.metrics import eval_summaries
+
+        return self.summaries if self.summaries is not None else eval_summaries(self.table, self.tasks)
 
 
 #: The largest results file read (a run's progress.csv and eval.csv are a few MB, its JSON
@@ -510,8 +523,28 @@ def _order_columns(columns: Iterable[str]) -> list[str]:
     return head + [c for g in groups for c in g] + rest
 
 
+#: Significant digits kept of a train row's measured values (``return``, ``cost_*``,
+#: ``lambda_*``, ``eff_w_*``, ``wall_s``): iteration means carry summation noise in their
+#: last digits, the board prints three, and a record of 1,590 runs stays a few MB.
+TRAIN_DIGITS = 4
+
+
+def round_significant(x: np.ndarray, digits: int = TRAIN_DIGITS) -> np.ndarray:
+    """Each value rounded to ``digits`` significant decimal digits, as Python's ``format(v,
+    '.{digits}g')`` rounds (correctly, so the same bits on every machine); NaN stays NaN."""
+    values, inverse = np.unique(np.asarray(x, dtype=np.float64), return_inverse=True)
+    spec = f".{digits}g"
+    rounded = np.array([float(format(v, spec)) for v in values.tolist()], dtype=np.float64)
+    return rounded[inverse.ravel()]
+
+
+def _is_measured(col: str) -> bool:
+    return col in ("return", "wall_s") or col.startswith(("cost_", "lambda_", "eff_w_"))
+
+
 def _finish(table: pd.DataFrame) -> pd.DataFrame:
-    """Column order, dtypes and row order that make the table deterministic."""
+    """Column order, dtypes and row order that make the table deterministic; train rows'
+    measured values at ``TRAIN_DIGITS`` significant digits."""
     for col in CORE_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
@@ -522,6 +555,12 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
         if col not in _STR_COLUMNS and col not in _INT_COLUMNS and col != "policy":
             table[col] = table[col].astype(np.float64)
     table["policy"] = table["policy"].astype(object).where(table["kind"] == "eval", np.nan)
+    train = (table["kind"] == "train").to_numpy()
+    if train.any():
+        for col in [c for c in table.columns if _is_measured(c)]:
+            values = table[col].to_numpy(dtype=np.float64).copy()
+            values[train] = round_significant(values[train])
+            table[col] = values
     kind_order = table["kind"].map({"train": 0, "eval": 1})
     policy_order = table["policy"].map({p: i for i, p in enumerate(POLICIES)}).fillna(-1)
     table = (
@@ -596,7 +635,7 @@ def load_results(
         if known_algos is not None:
             for algo in rec.table["algo"].unique():
                 _check_algo(algo, str(Path(root) / record.MANIFEST), set(known_algos))
-        return Results(rec.table, rec.tasks)
+        return Results(rec.table, rec.tasks, summaries=rec.evals)
     runs = find_runs(root)
     records = sorted(p.parent for p in Path(root).rglob(record.MANIFEST) if not any(
         part.startswith(".") for part in p.relative_to(root).parts))
@@ -644,6 +683,17 @@ def load_results(
     table = _finish(pd.concat(frames, ignore_index=True))
     validate_table(table, tasks, source=str(root), extra_columns=extra_columns)
     return Results(table, tasks, tuple(incomplete), failed)
+
+
+def join_summarised(table: pd.DataFrame, tasks: Mapping[str, TaskMeta], evals: pd.DataFrame, sub: pd.DataFrame,
+                    sub_tasks: Mapping[str, TaskMeta]) -> tuple[pd.DataFrame, dict[str, TaskMeta], pd.DataFrame]:
+    """A compact record's train rows and evaluation summaries joined with a submission's
+    runs (validated, :func:`check_submission_table`): ``(table, tasks, summaries)``."""
+    from constrained_grpo.eval.scoring.metrics import concat_summaries, eval_summaries
+
+    merged = {**tasks, **sub_tasks}
+    joined = _finish(pd.concat([table, sub[sub["kind"] == "train"]], ignore_index=True))
+    return joined, merged, concat_summaries([evals, eval_summaries(sub, merged)], merged)
 
 
 def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:

@@ -24,12 +24,15 @@ import pandas as pd
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.schema import TaskMeta
 from constrained_grpo.eval.scoring.stability import limit_scale
-from constrained_grpo.eval.scoring.verdict import SCORE_GRID, cost_quantiles, run_verdict
+from constrained_grpo.eval.scoring.verdict import SCORE_GRID, CostStats, cost_quantiles, cost_stats, run_verdict
 
 __all__ = [
     "constrained_score",
     "expected_score",
     "cumulative_violation",
+    "EVAL_KEYS",
+    "concat_summaries",
+    "eval_summaries",
     "final_performance",
     "fmean",
     "fraction_within",
@@ -220,19 +223,94 @@ def standard_error(values: Sequence[float] | np.ndarray) -> float:
     return math.sqrt(math.fsum((v - m) ** 2 for v in x.tolist()) / (x.size - 1) / x.size)
 
 
-def _eval_block(ev: pd.DataFrame, meta: TaskMeta, tol: float) -> dict[str, Any]:
+#: The keys of an evaluation summary row (:func:`eval_summaries`): one row per run and policy.
+EVAL_KEYS: tuple[str, ...] = ("suite", "task", "algo", "seed", "policy")
+
+
+def _summary_stats(row: Mapping[str, Any], name: str) -> CostStats:
+    return CostStats(int(row["episodes"]), float(row[f"mean_{name}"]), float(row[f"ss_{name}"]),
+                     bool(row[f"binary_{name}"]), int(row[f"events_{name}"]), bool(row[f"finite_{name}"]))
+
+
+def eval_summaries(table: pd.DataFrame, tasks: Mapping[str, TaskMeta]) -> pd.DataFrame:
+    """What the run metrics read of the evaluation episodes: one row per run and evaluated
+    policy (``EVAL_KEYS``), in the table's order of runs.
+
+    Columns: ``iteration`` and ``env_steps`` (the evaluated policy's), ``episodes`` n,
+    ``first_seed`` (the smallest reset seed; NaN when some episode's is unknown),
+    ``return_mean`` = fsum(R_i)/n, and per constraint k its :class:`CostStats` as
+    ``mean_k``, ``ss_k``, ``binary_k``, ``events_k``, ``finite_k``, with ``within_k`` the
+    episodes whose cost is at most d_k. Each is an exact sum or a count, so the summaries of
+    the same episodes in any order are the same bits, and every metric of the evaluation
+    (:func:`run_metrics`) is a function of them: a compact record keeps these rows instead of
+    the episodes."""
+    ev = table[table["kind"] == "eval"]
+    rows: list[dict[str, Any]] = []
+    for (suite, task), sub in (ev.groupby(["suite", "task"], sort=True) if len(ev) else ()):
+        meta = tasks[task]
+        for (algo, seed, policy), g in sub.groupby(["algo", "seed", "policy"], sort=True):
+            row: dict[str, Any] = {"suite": suite, "task": task, "algo": algo, "seed": int(seed), "policy": policy,
+                                   "iteration": int(g["iteration"].iloc[0]), "env_steps": int(g["env_steps"].iloc[0])}
+            seeds = g["reset_seed"] if "reset_seed" in g.columns else pd.Series(math.nan, index=g.index)
+            row["episodes"] = int(len(g))
+            row["first_seed"] = float(seeds.min()) if seeds.notna().all() else math.nan
+            row["return_mean"] = fmean(g["return"])
+            for c in meta.constraints:
+                x = g[f"cost_{c.name}"].to_numpy(dtype=float)
+                st = cost_stats(x)
+                row[f"mean_{c.name}"], row[f"ss_{c.name}"] = st.mean, st.ss
+                row[f"binary_{c.name}"], row[f"events_{c.name}"], row[f"finite_{c.name}"] = st.binary, st.events, st.finite
+                row[f"within_{c.name}"] = int(np.count_nonzero(x <= c.limit))
+            rows.append(row)
+    names = sorted({n for m in tasks.values() for n in m.constraint_names})
+    out = pd.DataFrame(rows, columns=[*_SUMMARY_HEAD, *(f"{p}_{n}" for n in names for p in _SUMMARY_STATS)])
+    for col in out.columns:
+        if col in _SUMMARY_INTS:
+            out[col] = out[col].astype(np.int64)
+        elif col not in ("suite", "task", "algo", "policy"):
+            out[col] = out[col].astype(np.float64)  # counts and flags too: NaN where a task has no such constraint
+    return out
+
+
+def concat_summaries(frames: Sequence[pd.DataFrame], tasks: Mapping[str, TaskMeta]) -> pd.DataFrame:
+    """Evaluation summaries of several sources as one frame: the columns of every task in
+    ``tasks``, the rows sorted by ``EVAL_KEYS``."""
+    template = eval_summaries(pd.DataFrame(columns=["kind"]), tasks)
+    out = pd.concat([template, *frames], ignore_index=True) if frames else template
+    out = out.reindex(columns=template.columns).astype(template.dtypes.to_dict())
+    return out.sort_values(list(EVAL_KEYS), kind="mergesort").reset_index(drop=True)
+
+
+_SUMMARY_HEAD = (*EVAL_KEYS, "iteration", "env_steps", "episodes", "first_seed", "return_mean")
+_SUMMARY_INTS = ("seed", "iteration", "env_steps", "episodes")
+_SUMMARY_STATS = ("mean", "ss", "binary", "events", "finite", "within")
+
+
+def _no_evaluation(meta: TaskMeta) -> dict[str, Any]:
+    """The summary of no episodes (a run not evaluated yet): NaN metrics, verdict undetermined."""
+    row: dict[str, Any] = {"episodes": 0, "first_seed": math.nan, "return_mean": math.nan}
+    for c in meta.constraints:
+        row.update({f"mean_{c.name}": math.nan, f"ss_{c.name}": math.nan, f"binary_{c.name}": False,
+                    f"events_{c.name}": 0, f"finite_{c.name}": True, f"within_{c.name}": 0})
+    return row
+
+
+def _eval_block(ev: Mapping[str, Any], meta: TaskMeta, tol: float) -> dict[str, Any]:
     """Return, per-constraint cost (mean, standard error, verdict), fraction within and
-    violation of one policy's eval rows, and the run's three-valued feasibility."""
-    out: dict[str, Any] = {"return": fmean(ev["return"])}
-    costs = [ev[f"cost_{c.name}"].to_numpy(dtype=float) for c in meta.constraints]
+    violation of one policy's evaluation (its :func:`eval_summaries` row), and the run's
+    three-valued feasibility."""
+    n = int(ev["episodes"])
+    out: dict[str, Any] = {"return": float(ev["return_mean"])}
+    costs = [_summary_stats(ev, c.name) for c in meta.constraints]
     bounds, verdicts = run_verdict(costs, [c.limit for c in meta.constraints], [c.indicator for c in meta.constraints], tol)
     viols = []
     for c, cost, (lower, upper), verdict in zip(meta.constraints, costs, bounds, verdicts):
-        out[f"cost_{c.name}"] = fmean(cost)
-        out[f"cost_se_{c.name}"] = standard_error(cost)
+        out[f"cost_{c.name}"] = cost.mean
+        # se = s / sqrt(n), s the sample standard deviation (ddof 1); NaN for n < 2.
+        out[f"cost_se_{c.name}"] = math.sqrt(cost.ss / (n - 1) / n) if n > 1 else math.nan
         out[f"cost_lo_{c.name}"], out[f"cost_hi_{c.name}"] = lower, upper
-        out[f"within_{c.name}"] = fraction_within(cost, c.limit) if len(ev) else math.nan
-        out[f"violation_{c.name}"] = normalised_violation(out[f"cost_{c.name}"], c.limit) if len(ev) else math.nan
+        out[f"within_{c.name}"] = int(ev[f"within_{c.name}"]) / n if n else math.nan
+        out[f"violation_{c.name}"] = normalised_violation(cost.mean, c.limit) if n else math.nan
         out[f"verdict_{c.name}"] = verdict
         viols.append(out[f"violation_{c.name}"])
     out["costs"] = costs
@@ -270,8 +348,12 @@ def run_metrics(
     tol: float = 0.1,
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     lambda_max: Mapping[str, float] | None = None,
+    evals: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
     """One row of metrics per run (suite, task, algo, seed) of a long table.
+
+    ``evals``: the runs' evaluation summaries (:func:`eval_summaries`) when the table holds
+    only their train rows (a compact record); None computes them from its eval rows.
 
     Two iterates are scored. The *last iterate* is the final policy, evaluated by the
     harness on the same episodes for every run: ``policy == "sampled"`` is the primary
@@ -311,23 +393,25 @@ def run_metrics(
 
     units = dict(lambda_in_reward_units or {})
     bounds = dict(lambda_max or {})
+    if evals is None:
+        evals = eval_summaries(table, tasks)
+    by_run: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
+    for rec in evals.to_dict("records"):
+        by_run.setdefault((rec["task"], rec["algo"], int(rec["seed"])), {})[rec["policy"]] = rec
     rows: list[dict[str, object]] = []
-    for suite, task, algo, seed, run in _runs(table, tasks):
+    for suite, task, algo, seed, run in _runs(table[table["kind"] == "train"], tasks):
         meta = tasks[task]
-        train = run[run["kind"] == "train"].sort_values("iteration")
-        ev = run[run["kind"] == "eval"]
-        policies = ev["policy"] if "policy" in ev.columns else pd.Series("deterministic", index=ev.index)
-        policies = policies.fillna("deterministic")
-        present = [p for p in ("sampled", "deterministic") if (policies == p).any()]
-        primary = "sampled" if "sampled" in present else "deterministic"
+        train = run.sort_values("iteration")
+        ev = by_run.get((task, algo, int(seed)), {})
+        present = [p for p in ("sampled", "deterministic") if p in ev]
+        primary = present[0] if present else "deterministic"
         steps = train["env_steps"].to_numpy(dtype=float)
         row: dict[str, object] = {"suite": suite, "task": task, "algo": algo, "seed": int(seed)}
         row["env_steps"] = int(steps[-1])
-        first = ev.loc[policies == primary]
-        seeds = first["reset_seed"] if "reset_seed" in first.columns else pd.Series(dtype=float)
+        first = ev[primary] if present else _no_evaluation(meta)
         row["eval_policies"] = "+".join(present)
-        row["eval_episodes"] = int(len(first))
-        row["eval_first_seed"] = float(seeds.min()) if len(seeds) and seeds.notna().all() else math.nan
+        row["eval_episodes"] = int(first["episodes"])
+        row["eval_first_seed"] = float(first["first_seed"])
         row["primary_policy"] = primary
 
         main = _eval_block(first, meta, tol)
@@ -348,7 +432,7 @@ def run_metrics(
         row["satisfied"] = main["feasible"]
         row["score"] = expected_score(main["return"], meta.optimum_return, main["costs"], meta.constraints, tol)
 
-        greedy = _eval_block(ev.loc[policies == "deterministic"], meta, tol) if "deterministic" in present else None
+        greedy = _eval_block(ev["deterministic"], meta, tol) if "deterministic" in present else None
         row["greedy_return"] = greedy["return"] if greedy else math.nan
         row["greedy_violation"] = greedy["violation"] if greedy else math.nan
         row["greedy_feasible"] = greedy["feasible"] if greedy else False

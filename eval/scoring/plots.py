@@ -118,8 +118,10 @@ def make_plots(
     *,
     tol: float = 0.1,
     lambda_in_reward_units: Mapping[str, bool] | None = None,
+    evals: pd.DataFrame | None = None,
 ) -> list[Path]:
-    """Write every figure of every task under ``out``; return the paths.
+    """Write every figure of every task under ``out``; return the paths (``evals``: the
+    runs' evaluation summaries when ``table`` holds only train rows).
 
     ``tol``: the feasibility tolerance on (J - d)/d (the leaderboard's); ``lambda_in_reward_units``
     (per algorithm, ``loader.algo_properties``) says whose multipliers lambda* is drawn beside.
@@ -127,7 +129,7 @@ def make_plots(
     out = Path(out)
     in_units = dict(lambda_in_reward_units or {})
     paths: list[Path] = []
-    runs = run_metrics(table, tasks)
+    runs = run_metrics(table, tasks, evals=evals)
     for task in sorted(table["task"].unique()):
         meta = tasks[task]
         rows = table[(table["task"] == task) & (table["kind"] == "train")]

@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
@@ -44,6 +45,7 @@ from constrained_grpo.eval.scoring.stability import limit_scale
 
 __all__ = [
     "ALPHA",
+    "CostStats",
     "EvalSizeError",
     "TOL",
     "certifiable_minimum",
@@ -54,6 +56,7 @@ __all__ = [
     "certify_power",
     "cost_quantiles",
     "cost_bounds",
+    "cost_stats",
     "cost_verdict",
     "episodes_to_certify",
     "run_verdict",
@@ -95,16 +98,49 @@ def _normal_grid(points: int) -> np.ndarray:
     return grid
 
 
-def _is_binary(x: np.ndarray) -> bool:
-    return bool(np.all((x == 0.0) | (x == 1.0)))
+@dataclass(frozen=True)
+class CostStats:
+    """All that the verdict rule reads of one cost's n evaluation episodes x_1..x_n.
+
+    ``mean`` = fsum(x) / n and ``ss`` = fsum((x_i - mean)^2), both summed exactly (the same
+    bits in any episode order, on any machine); ``binary``: every x_i is 0 or 1, ``events``
+    the number of nonzero x_i; ``finite``: no x_i is NaN or infinite. A compact record keeps
+    these instead of the episodes, and every bound and quantile below is a function of them.
+    """
+
+    n: int
+    mean: float
+    ss: float
+    binary: bool
+    events: int
+    finite: bool = True
+
+    @property
+    def sd(self) -> float:
+        """Sample standard deviation (ddof 1; 0 for one episode)."""
+        return math.sqrt(self.ss / (self.n - 1)) if self.n > 1 else 0.0
 
 
-def _mean_and_floored_sd(x: np.ndarray, limit: float) -> tuple[float, float]:
-    """Exact mean and sample sd (ddof 1; 0 for one episode), the sd floored at c(d)/sqrt(n)."""
+def cost_stats(costs: Sequence[float] | np.ndarray) -> CostStats:
+    """:class:`CostStats` of the episodes ``costs``."""
+    x = np.asarray(costs, dtype=float).ravel()
     n = x.size
+    finite = bool(np.isfinite(x).all())
+    if n == 0 or not finite:
+        return CostStats(n, math.nan, math.nan, False, 0, finite)
     mean = math.fsum(x.tolist()) / n
-    sd = math.sqrt(math.fsum(((x - mean) ** 2).tolist()) / (n - 1)) if n > 1 else 0.0
-    return mean, max(sd, limit_scale(limit) / math.sqrt(n))
+    ss = math.fsum(((x - mean) ** 2).tolist())
+    binary = bool(np.all((x == 0.0) | (x == 1.0)))
+    return CostStats(n, mean, ss, binary, int(np.count_nonzero(x)), True)
+
+
+def _as_stats(costs: Sequence[float] | np.ndarray | CostStats) -> CostStats:
+    return costs if isinstance(costs, CostStats) else cost_stats(costs)
+
+
+def _mean_and_floored_sd(s: CostStats, limit: float) -> tuple[float, float]:
+    """Exact mean and sample sd (ddof 1; 0 for one episode), the sd floored at c(d)/sqrt(n)."""
+    return s.mean, max(s.sd, limit_scale(limit) / math.sqrt(s.n))
 
 
 def _tolerated(limit: float, tol: float) -> float:
@@ -113,24 +149,25 @@ def _tolerated(limit: float, tol: float) -> float:
 
 
 def cost_bounds(
-    costs: Sequence[float] | np.ndarray, limit: float, indicator: bool, *, alpha_lower: float, alpha_upper: float
+    costs: Sequence[float] | np.ndarray | CostStats, limit: float, indicator: bool, *, alpha_lower: float, alpha_upper: float
 ) -> tuple[float, float]:
     """One-sided bounds ``(L, U)`` on the mean episodic cost, ``P(J < L) <= alpha_lower`` and
     ``P(J > U) <= alpha_upper`` (module docstring); NaN for fewer than two episodes.
 
     An indicator constraint whose episodes are all 0 or 1 gets Clopper-Pearson's exact
     bounds; any other cost Student's t with the standard deviation floored at ``c(d)/sqrt(n)``.
+    ``costs``: the episodes' costs or their :class:`CostStats`.
     """
-    x = np.asarray(costs, dtype=float).ravel()
-    n = x.size
-    if n < 2 or not np.isfinite(x).all():
+    s = _as_stats(costs)
+    n = s.n
+    if n < 2 or not s.finite:
         return math.nan, math.nan
-    if indicator and _is_binary(x):
-        events = int(np.count_nonzero(x))
+    if indicator and s.binary:
+        events = s.events
         lower = 0.0 if events == 0 else _beta_ppf(alpha_lower, events, n - events + 1)
         upper = 1.0 if events == n else _beta_ppf(1.0 - alpha_upper, events + 1, n - events)
         return lower, upper
-    mean, sd = _mean_and_floored_sd(x, limit)
+    mean, sd = _mean_and_floored_sd(s, limit)
     half = sd / math.sqrt(n)
     return (mean - _t_ppf(1.0 - alpha_lower, n - 1) * half,
             mean + _t_ppf(1.0 - alpha_upper, n - 1) * half)
@@ -148,7 +185,7 @@ def cost_verdict(lower: float, upper: float, limit: float, tol: float) -> str:
 
 
 def run_verdict(
-    costs: Sequence[np.ndarray], limits: Sequence[float], indicators: Sequence[bool], tol: float, alpha: float = ALPHA
+    costs: Sequence[np.ndarray | CostStats], limits: Sequence[float], indicators: Sequence[bool], tol: float, alpha: float = ALPHA
 ) -> tuple[list[tuple[float, float]], list[str]]:
     """Bounds and verdicts of a run's K constraints: upper bounds at ``alpha`` each (a run is
     within only if all are), lower bounds at ``alpha / K`` (a run breaks if any is over)."""
@@ -200,20 +237,20 @@ def episodes_to_certify(
     raise ValueError(f"more than {cap} episodes are needed to certify d = {limit} with tol = {tol}")
 
 
-def cost_quantiles(costs: Sequence[float] | np.ndarray, limit: float, indicator: bool, points: int = SCORE_GRID) -> np.ndarray:
+def cost_quantiles(costs: Sequence[float] | np.ndarray | CostStats, limit: float, indicator: bool,
+                   points: int = SCORE_GRID) -> np.ndarray:
     """What the episodes say about the true mean cost J, as ``points`` equally likely values:
     the quantiles at ``(m + 1/2) / points`` of Jeffreys' posterior Beta(x + 1/2, n - x + 1/2)
     for an indicator (x violating episodes of n; it has width at x = 0 too), else of the normal
     N(mean, s'^2 / n) with ``s'`` floored as in :func:`cost_bounds`. A fixed grid, not draws,
-    so the result is the same on every machine."""
-    x = np.asarray(costs, dtype=float).ravel()
-    n = x.size
-    if n == 0 or not np.isfinite(x).all():
+    so the result is the same on every machine. ``costs``: the episodes' or their :class:`CostStats`."""
+    s = _as_stats(costs)
+    n = s.n
+    if n == 0 or not s.finite:
         return np.full(points, math.nan)
-    if indicator and _is_binary(x):
-        events = int(np.count_nonzero(x))
-        return _beta_grid(points, events + 0.5, n - events + 0.5).copy()
-    mean, sd = _mean_and_floored_sd(x, limit)
+    if indicator and s.binary:
+        return _beta_grid(points, s.events + 0.5, n - s.events + 0.5).copy()
+    mean, sd = _mean_and_floored_sd(s, limit)
     return mean + _normal_grid(points) * sd / math.sqrt(n)
 
 
@@ -282,7 +319,6 @@ def plan_episodes(
         elif pilot_costs is None:
             return cap
         else:
-            x = np.asarray(pilot_costs[k], dtype=float)
-            _, sd = _mean_and_floored_sd(x, c.limit)
+            _, sd = _mean_and_floored_sd(cost_stats(pilot_costs[k]), c.limit)
             sizes.append(_sd_plan(sd, c.limit, tol, power, alpha))
     return min(cap, max(sizes))

@@ -334,7 +334,8 @@ class RunData:
     progress: pd.DataFrame
     """Its train rows (``iteration``, ``env_steps``, ``return``, ``cost_<k>``, ``lambda_<k>``, ``eff_w_<j>``)."""
     evals: pd.DataFrame
-    """Its eval rows of the sampled policy (the final policy, actions sampled)."""
+    """The evaluation summary of its sampled policy (the final policy, actions sampled): one
+    row of :func:`~constrained_grpo.eval.scoring.metrics.eval_summaries`, none if not evaluated."""
     env_id: str
     optimum: float | None
     config: Mapping[str, Any] = field(default_factory=dict)
@@ -418,16 +419,16 @@ def last_iterate_row(
 
     The tail is an average over policy iterates; a Lagrangian method can meet its limits on
     that average while the last iterate, the policy a user deploys, violates them. From the
-    run's evaluation episodes i of its final policy (actions sampled): ``final_eval_return`` =
-    mean R_i, ``final_eval_cost_k`` = mean C_{k,i}; ``final_within_limits`` = all_k
-    final_eval_cost_k <= (1 + tol) d_k, ``final_return_ok`` = final_eval_return >= R* - tol |R*|,
-    ``final_passed`` = both (NaN/False without evaluation episodes).
+    run's evaluation episodes i of its final policy (actions sampled; ``evals``: their summary
+    row): ``final_eval_return`` = mean R_i, ``final_eval_cost_k`` = mean C_{k,i};
+    ``final_within_limits`` = all_k final_eval_cost_k <= (1 + tol) d_k, ``final_return_ok`` =
+    final_eval_return >= R* - tol |R*|, ``final_passed`` = both (NaN/False without evaluation).
     """
-    ret = fmean(evals["return"]) if len(evals) else math.nan
+    ret = float(evals["return_mean"].iloc[0]) if len(evals) else math.nan
     row: dict[str, Any] = {"final_eval_return": ret}
     within = math.isfinite(ret)
     for c in constraints:
-        cost = fmean(evals[f"cost_{c.name}"]) if len(evals) else math.nan
+        cost = float(evals[f"mean_{c.name}"].iloc[0]) if len(evals) else math.nan
         row[f"final_eval_cost_{c.name}"] = cost
         within = within and cost <= c.limit * (1.0 + tol)
     row["final_within_limits"] = bool(within)
@@ -463,12 +464,12 @@ def load_runs(root: str | Path, *, allow_incomplete: bool = False) -> tuple[list
         resolved = {k: v for k, v in (algo.get("resolved") or {}).items() if k != "algo"}  # the name differs by design
         configs[(str(run.get("algo")), int(run.get("seed", -1)))] = _flat(resolved)
     table = results.table
+    evals = results.evals
+    sampled = evals[evals["policy"] == "sampled"]
     runs = []
     for (algo, seed), g in table.groupby(["algo", "seed"], sort=True):
         train = g[g["kind"] == "train"].sort_values("iteration").reset_index(drop=True)
-        ev = g[g["kind"] == "eval"]
-        if "policy" in ev:
-            ev = ev[ev["policy"] == "sampled"]
+        ev = sampled[(sampled["algo"] == algo) & (sampled["seed"] == seed)]
         runs.append(RunData(str(algo), int(seed), train, ev.reset_index(drop=True), meta.task, meta.optimum_return,
                             configs.get((str(algo), int(seed)), {})))
     return runs, tuple(meta.constraints)

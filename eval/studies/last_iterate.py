@@ -242,7 +242,7 @@ def collect(runs_dir: str | Path, out: str | Path, *, allow_incomplete: bool = F
     runs = run_metrics(
         results.table, results.tasks, tol=TOL,
         lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
-        lambda_max={a: p["lambda_max"] for a, p in props.items()},
+        lambda_max={a: p["lambda_max"] for a, p in props.items()}, evals=results.summaries,
     )
     order = {a: i for i, a in enumerate(ALGOS)}
     key = lambda col: col.map(lambda a: order.get(a, len(order))) if col.name == "algo" else col  # noqa: E731

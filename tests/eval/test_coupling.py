@@ -244,7 +244,8 @@ def test_last_iterate_uses_the_sampled_eval_rows(runs_dir: Path) -> None:
     runs, cons = coupling.load_runs(runs_dir)
     by = {(r.algo, r.seed): r for r in runs}
     c = coupling.last_iterate_row(by[("cgrpo", 0)].evals, cons, R_STAR)
-    assert len(by[("cgrpo", 0)].evals) == 4 and set(by[("cgrpo", 0)].evals["policy"]) == {"sampled"}
+    evals = by[("cgrpo", 0)].evals  # the summary of the sampled policy's 4 episodes
+    assert len(evals) == 1 and evals["policy"].tolist() == ["sampled"] and evals["episodes"].tolist() == [4]
     assert c["final_eval_return"] == pytest.approx(1.1) and c["final_eval_cost_hazard"] == pytest.approx(0.1)
     assert c["final_eval_cost_fuel"] == 12.0 and c["final_passed"]
     s = coupling.last_iterate_row(by[("grpo-screw", 0)].evals, cons, R_STAR)

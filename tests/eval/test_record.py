@@ -27,21 +27,27 @@ def packed(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _outputs(root: Path, out: Path) -> dict[str, bytes]:
     res = load_results(root)
     props = algo_properties(root)
-    lb = build_leaderboard(res.table, res.tasks, lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()})
-    paths = write_leaderboard(lb, out, table=res.table)
-    paths += make_plots(res.table, res.tasks, out / "plots",
-                        lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()})
+    units = {a: p["lambda_in_reward_units"] for a, p in props.items()}
+    lb = build_leaderboard(res.table, res.tasks, lambda_in_reward_units=units, evals=res.summaries)
+    paths = write_leaderboard(lb, out, table=res.table[res.table["kind"] == "train"], evals=res.evals)
+    paths += make_plots(res.table, res.tasks, out / "plots", lambda_in_reward_units=units, evals=res.summaries)
     return {str(p.relative_to(out)): p.read_bytes() for p in paths}
 
 
 def test_a_record_and_its_runs_give_identical_tables_leaderboard_and_figures(toy_results: Path, packed: Path, tmp_path: Path) -> None:
     original, compact = load_results(toy_results), load_results(packed)
-    pd.testing.assert_frame_equal(compact.table, original.table, check_exact=True)
+    # The record keeps the train rows and, of the evaluation, the summaries the metrics read.
+    assert compact.summaries is not None and original.summaries is None
+    assert set(compact.table["kind"]) == {"train"} and (original.table["kind"] == "eval").sum() > 0
+    train = original.table[original.table["kind"] == "train"].reset_index(drop=True)
+    pd.testing.assert_frame_equal(compact.table, train, check_exact=True)
+    pd.testing.assert_frame_equal(compact.evals, original.evals, check_exact=True)
+    assert len(compact.evals) == 2 * 4  # two policies of each of the 4 runs
     assert compact.tasks == original.tasks
     assert algo_properties(packed) == algo_properties(toy_results)
     assert run_configs(packed) == run_configs(toy_results) and len(run_configs(packed)) == 4
     a, b = _outputs(toy_results, tmp_path / "a"), _outputs(packed, tmp_path / "b")
-    assert sorted(a) == sorted(b) and {"leaderboard.md", "runs.csv", "pairs.csv", "results.csv"} <= set(a)
+    assert sorted(a) == sorted(b) and {"leaderboard.md", "runs.csv", "pairs.csv", "train.csv", "evals.csv"} <= set(a)
     assert any(name.endswith(".png") for name in a)
     assert [n for n in a if a[n] != b[n]] == []
 
@@ -77,7 +83,7 @@ def _copy(packed: Path, tmp_path: Path) -> tuple[Path, Path]:
     return dest, next(dest.glob("*.npz"))
 
 
-@pytest.mark.parametrize("damage", ["truncated", "altered", "missing", "rows", "manifest", "nested"])
+@pytest.mark.parametrize("damage", ["truncated", "altered", "missing", "rows", "evals", "manifest", "nested"])
 def test_a_damaged_record_is_refused_in_one_line_naming_the_file(packed: Path, tmp_path: Path, damage: str) -> None:
     dest, task_file = _copy(packed, tmp_path)
     manifest = dest / record.MANIFEST
@@ -97,6 +103,11 @@ def test_a_damaged_record_is_refused_in_one_line_naming_the_file(packed: Path, t
         doc["files"][0]["rows"] += 1
         manifest.write_text(json.dumps(doc))
         expected = r"has \d+ values for \d+ rows|is damaged"
+    elif damage == "evals":  # a summary row more than the file holds
+        doc = json.loads(manifest.read_text())
+        doc["files"][0]["evals"] += 1
+        manifest.write_text(json.dumps(doc))
+        expected = r"column 'e\.[a-z_]+' has \d+ values for \d+ rows|is damaged"
     elif damage == "manifest":
         manifest.write_text("{not json")
         expected = r"record.json is not a record manifest \(JSONDecodeError\)"
@@ -156,3 +167,52 @@ def test_a_task_file_that_would_unpack_to_gigabytes_is_refused_unread(packed: Pa
     (dest / record.MANIFEST).write_text(json.dumps(doc))
     with pytest.raises(ResultsError, match=rf"{task_file.name} unpacks to [\d,]+ bytes, over"):
         load_results(dest)
+
+
+def test_every_number_survives_its_encoding_bit_for_bit() -> None:
+    """The decimal encoding (m * 10^e, exact where |m| < 2^53 and |e| <= 22) on values it
+    cannot hold (signed zero, NaN, infinities, subnormals, 17-digit and tiny values) keeps
+    them as exceptions; a column of 4-digit values is stored as its digits."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    rounded = [float(format(v, ".4g")) for v in rng.normal(0, 50, 3000)]
+    awkward = [-0.0, 0.0, float("nan"), float("inf"), -float("inf"), 5e-324, 1.7976931348623157e308,
+               0.1 + 0.2, 1e-30, 123456789012345680.0, -2.5e22, 1e23]
+    col = pd.Series(rounded + awkward, dtype="float64")
+    arrays, kind = record._encode_column("x", col)
+    assert kind == "float64" and "x.m" in arrays and len(arrays["x.xb"]) >= 8  # the awkward ones are exceptions
+    decoded = record._decode_column("x", kind, arrays, len(col), "test")
+    assert decoded.view(np.int64).tolist() == col.to_numpy().view(np.int64).tolist()
+    # Full-precision noise has no short digits: kept raw; integers by their differences.
+    noise = pd.Series(rng.normal(size=500))
+    arrays, kind = record._encode_column("y", noise)
+    assert list(arrays) == ["y.raw"]
+    steps = pd.Series(np.cumsum(rng.integers(4000, 4200, 800)).astype(np.int64) * -1 + 2**40)
+    arrays, kind = record._encode_column("z", steps)
+    assert sorted(arrays) == ["z.delta", "z.first"] and arrays["z.delta"].dtype == np.int16
+    assert record._decode_column("z", kind, arrays, len(steps), "test").tolist() == steps.tolist()
+
+
+def test_the_summaries_are_the_same_bits_in_any_episode_order(toy_results: Path) -> None:
+    """What a record keeps of the evaluation does not depend on the order of the episodes
+    (exact sums), and gives the verdict's bounds of the episodes themselves."""
+    import numpy as np
+
+    from constrained_grpo.eval.scoring.metrics import eval_summaries
+    from constrained_grpo.eval.scoring.verdict import cost_bounds, cost_stats
+
+    res = load_results(toy_results)
+    shuffled = res.table.sample(frac=1.0, random_state=7).reset_index(drop=True)
+    a, b = eval_summaries(res.table, res.tasks), eval_summaries(shuffled, res.tasks)
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    x = np.array([0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    y = np.array([3.0, 4.5, 4.0, 5.0, 3.5, 4.0, 4.0, 6.0, 2.0, 4.0])
+    for costs, limit, indicator in ((x, 0.2, True), (y, 4.4, False)):
+        st = cost_stats(costs[::-1])
+        assert st.n == 10 and st.mean == costs.mean()
+        assert cost_bounds(st, limit, indicator, alpha_lower=0.025, alpha_upper=0.05) == \
+            cost_bounds(costs, limit, indicator, alpha_lower=0.025, alpha_upper=0.05)
+    # By hand: 2 events of 10, Clopper-Pearson's one-sided 95% upper bound Beta^-1(0.95; 3, 8) = 0.5069.
+    assert cost_bounds(cost_stats(x), 0.2, True, alpha_lower=0.05, alpha_upper=0.05)[1] == pytest.approx(0.5069, abs=1e-4)
+    assert cost_stats(y).ss == pytest.approx(float(((y - y.mean()) ** 2).sum()))
