@@ -30,8 +30,8 @@ lambda_<name>   float    multiplier of <name> after the iteration (train); the f
 eff_w_<comp>    float    optional: effective weight of component <comp> (reward or a constraint)
 ==============  =======  ==================================================================
 
-A train row's measured values (``return``, ``cost_*``, ``lambda_*``, ``eff_w_*``, ``wall_s``)
-are read at ``TRAIN_DIGITS`` (4) significant digits; eval rows are kept as written.
+A train row's measured values (``return``, ``cost_*``, ``lambda_*``, ``eff_w_*``) are read at
+``TRAIN_DIGITS`` (4) significant digits and its ``wall_s`` to 10 ms; eval rows are kept as written.
 The columns are ``constrained_grpo.schema.CORE_COLUMNS``; a train row is keyed by
 ``iteration``, an eval row by ``(policy, episode)``. Columns of constraints that a row's
 task does not have are empty. Everything else an
@@ -524,27 +524,30 @@ def _order_columns(columns: Iterable[str]) -> list[str]:
 
 
 #: Significant digits kept of a train row's measured values (``return``, ``cost_*``,
-#: ``lambda_*``, ``eff_w_*``, ``wall_s``): iteration means carry summation noise in their
-#: last digits, the board prints three, and a record of 1,590 runs stays a few MB.
+#: ``lambda_*``, ``eff_w_*``): iteration means carry summation noise in their last digits,
+#: the board prints three, and a record of 1,590 runs stays a few MB.
 TRAIN_DIGITS = 4
+#: Decimals of seconds kept of a train row's ``wall_s`` (10 ms).
+WALL_DECIMALS = 2
 
 
-def round_significant(x: np.ndarray, digits: int = TRAIN_DIGITS) -> np.ndarray:
-    """Each value rounded to ``digits`` significant decimal digits, as Python's ``format(v,
-    '.{digits}g')`` rounds (correctly, so the same bits on every machine); NaN stays NaN."""
+def round_significant(x: np.ndarray, digits: int = TRAIN_DIGITS, *, spec: str | None = None) -> np.ndarray:
+    """Each value rounded to ``digits`` significant decimal digits (or by the format ``spec``,
+    e.g. ``".2f"``), as Python's ``format`` rounds: correctly, so the same bits on every
+    machine; NaN stays NaN."""
     values, inverse = np.unique(np.asarray(x, dtype=np.float64), return_inverse=True)
-    spec = f".{digits}g"
+    spec = spec or f".{digits}g"
     rounded = np.array([float(format(v, spec)) for v in values.tolist()], dtype=np.float64)
     return rounded[inverse.ravel()]
 
 
 def _is_measured(col: str) -> bool:
-    return col in ("return", "wall_s") or col.startswith(("cost_", "lambda_", "eff_w_"))
+    return col == "return" or col.startswith(("cost_", "lambda_", "eff_w_"))
 
 
 def _finish(table: pd.DataFrame) -> pd.DataFrame:
     """Column order, dtypes and row order that make the table deterministic; train rows'
-    measured values at ``TRAIN_DIGITS`` significant digits."""
+    measured values at ``TRAIN_DIGITS`` significant digits, their wall time at ``WALL_DECIMALS``."""
     for col in CORE_COLUMNS:
         if col not in table.columns:
             table[col] = np.nan
@@ -557,9 +560,9 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
     table["policy"] = table["policy"].astype(object).where(table["kind"] == "eval", np.nan)
     train = (table["kind"] == "train").to_numpy()
     if train.any():
-        for col in [c for c in table.columns if _is_measured(c)]:
+        for col in [c for c in table.columns if _is_measured(c) or c == "wall_s"]:
             values = table[col].to_numpy(dtype=np.float64).copy()
-            values[train] = round_significant(values[train])
+            values[train] = round_significant(values[train], spec=f".{WALL_DECIMALS}f" if col == "wall_s" else None)
             table[col] = values
     kind_order = table["kind"].map({"train": 0, "eval": 1})
     policy_order = table["policy"].map({p: i for i, p in enumerate(POLICIES)}).fillna(-1)

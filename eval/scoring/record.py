@@ -21,9 +21,11 @@ A folder ``DIR`` holds a record when it holds ``DIR/record.json`` (the manifest)
 The evaluation episodes themselves are not kept: every metric of the evaluation is a
 function of the summaries (the verdict's bounds, the expected score, the share of episodes
 within a limit), and a powered evaluation has tens of thousands of episodes per run. A
-numeric column is kept bit for bit, as the smallest of: its distinct 64-bit patterns and a
-code per row; the decimal digits of each value's shortest representation (``m * 10^e``,
-exact where both are small, the rest as exceptions); first differences (integers); raw.
+numeric column is kept bit for bit, in whichever of these compresses smallest: its distinct
+64-bit patterns and a code per row; the decimal digits of each value's shortest
+representation (``m * 10^e``, exact where both are small, the rest as exceptions), per value
+or with one exponent for the column (as they are or as first differences: a clock); first
+differences (integers); raw.
 
 The zip entries carry a fixed date, so packing the same runs writes the same bytes. Loading
 checks every file's size and SHA-256 against the manifest before parsing it, then every
@@ -44,6 +46,7 @@ import argparse
 import hashlib
 import io
 import json
+import lzma
 import math
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -144,6 +147,64 @@ def _compose(m: np.ndarray, e: np.ndarray) -> np.ndarray:
         return np.where(ei >= 0, mf * p, mf / p)
 
 
+def _nbytes(arrays: Mapping[str, np.ndarray]) -> int:
+    return sum(a.nbytes for a in arrays.values())
+
+
+def _ints(key: str, a: np.ndarray) -> dict[str, np.ndarray]:
+    """int64 ``a`` in the narrowest of int8/16/32/64 that holds all but a few of its values,
+    those few as exceptions (``key.i``: where, ``key.v``: what)."""
+    best: dict[str, np.ndarray] = {key: a}
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        wide = (a < info.min) | (a > info.max)
+        where = np.flatnonzero(wide)
+        option = {key: np.where(wide, 0, a).astype(dtype), f"{key}.i": _narrow(where, unsigned=True), f"{key}.v": a[where]}
+        if _nbytes(option) < _nbytes(best):
+            best = option
+    return best
+
+
+def _read_ints(arrays: Mapping[str, np.ndarray], key: str, damaged: Any) -> np.ndarray | None:
+    stored = arrays.get(key)
+    if stored is None:
+        return None
+    a = stored.astype(np.int64)
+    where, what = arrays.get(f"{key}.i"), arrays.get(f"{key}.v")
+    if (where is None) != (what is None):
+        raise damaged()
+    if where is not None:
+        if len(where) != len(what) or (len(where) and int(where.max()) >= len(a)) or what.dtype != np.int64:
+            raise damaged()
+        a[where.astype(np.int64)] = what
+    return a
+
+
+def _deltas(key: str, a: np.ndarray) -> dict[str, np.ndarray]:
+    """First differences of int64 ``a`` (the first against 0; wrapping, so exact)."""
+    return _ints(key, np.diff(a, prepend=np.int64(0)))
+
+
+def _decimal_options(name: str, raw: np.ndarray, bits: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """Encodings of a float column by decimal digits: per value ``m * 10^e``; or with one
+    exponent E for the column (fixed point, ``M * 10^E``), the M as they are or as first
+    differences (a wall clock). Values without short digits are exceptions (``xi``, ``xb``)."""
+    m, e = _decimal_parts(raw)
+    miss = np.flatnonzero(_compose(m, e).view(np.int64) != bits)
+    exceptions = {f"{name}.xi": _narrow(miss, unsigned=True), f"{name}.xb": bits[miss]}
+    options = [{**_ints(f"{name}.m", m), f"{name}.e": _narrow(e), **exceptions}]
+    nonzero = m != 0
+    if nonzero.any():
+        exp = int(e[nonzero].min())
+        shift = np.where(nonzero, e - exp, 0)
+        digits = np.floor(np.log10(np.maximum(np.abs(m), 1))).astype(np.int64) + 1
+        if exp >= -22 and int((digits + shift).max()) <= 15:  # M < 10^15 < 2^53: exact
+            fixed = m * 10 ** shift
+            options.append({**_ints(f"{name}.M", fixed), f"{name}.E": np.array([exp], np.int64), **exceptions})
+            options.append({**_deltas(f"{name}.dM", fixed), f"{name}.E": np.array([exp], np.int64), **exceptions})
+    return options
+
+
 def _encode_column(name: str, col: pd.Series) -> tuple[dict[str, np.ndarray], str]:
     """The arrays of one column and its kind (``str``, ``int64`` or ``float64``): strings as
     values and int32 codes (-1: empty); numbers as the smallest exact encoding (module docstring)."""
@@ -161,14 +222,16 @@ def _encode_column(name: str, col: pd.Series) -> tuple[dict[str, np.ndarray], st
     bits = raw.view(np.int64)  # the exact 64-bit pattern of every value
     values, inverse = np.unique(bits, return_inverse=True)
     options = [{f"{name}.raw": bits}, {f"{name}.values": values, f"{name}.codes": _narrow(inverse, unsigned=True)}]
-    if kind == "int64" and raw.size:
-        options.append({f"{name}.first": raw[:1], f"{name}.delta": _narrow(np.diff(raw, prepend=raw[:1]))})
+    if kind == "int64":
+        options.append(_deltas(f"{name}.delta", raw))
     elif bits.size:
-        m, e = _decimal_parts(raw)
-        miss = np.flatnonzero(_compose(m, e).view(np.int64) != bits)
-        options.append({f"{name}.m": _narrow(m), f"{name}.e": _narrow(e), f"{name}.xi": _narrow(miss, unsigned=True),
-                        f"{name}.xb": bits[miss]})
-    return min(options, key=lambda o: sum(a.nbytes for a in o.values())), kind
+        options += _decimal_options(name, raw, bits)
+    return min(options, key=_packed_size), kind
+
+
+def _packed_size(arrays: Mapping[str, np.ndarray]) -> tuple[int, int]:
+    """What an encoding costs in the task file (LZMA at a fast preset; ties by raw size)."""
+    return (sum(len(lzma.compress(np.ascontiguousarray(a).tobytes(), preset=1)) for a in arrays.values()), _nbytes(arrays))
 
 
 def _decode_column(name: str, kind: str, arrays: Mapping[str, np.ndarray], rows: int, where: str) -> np.ndarray:
@@ -186,13 +249,19 @@ def _decode_column(name: str, kind: str, arrays: Mapping[str, np.ndarray], rows:
     if f"{name}.raw" in arrays:
         bits = arrays[f"{name}.raw"]
     elif f"{name}.delta" in arrays:
-        first = arrays.get(f"{name}.first")
-        if first is None or first.shape != (1,) or first.dtype != np.int64:
-            raise damaged()
-        bits = first[0] + np.cumsum(arrays[f"{name}.delta"].astype(np.int64))
-    elif f"{name}.m" in arrays:
-        m, e, xi, xb = (arrays.get(f"{name}.{k}") for k in ("m", "e", "xi", "xb"))
-        if m is None or e is None or xi is None or xb is None or len(m) != len(e) or len(xi) != len(xb) \
+        bits = np.cumsum(_read_ints(arrays, f"{name}.delta", damaged))
+    elif f"{name}.m" in arrays or f"{name}.M" in arrays or f"{name}.dM" in arrays:
+        xi, xb = arrays.get(f"{name}.xi"), arrays.get(f"{name}.xb")
+        if f"{name}.m" in arrays:
+            m, e = _read_ints(arrays, f"{name}.m", damaged), arrays.get(f"{name}.e")
+        else:
+            exp = arrays.get(f"{name}.E")
+            if exp is None or exp.shape != (1,):
+                raise damaged()
+            fixed = _read_ints(arrays, f"{name}.M", damaged)
+            m = fixed if fixed is not None else np.cumsum(_read_ints(arrays, f"{name}.dM", damaged))
+            e = np.full(len(m), int(exp[0]), np.int64)
+        if e is None or xi is None or xb is None or len(m) != len(e) or len(xi) != len(xb) \
                 or (len(xi) and int(xi.max()) >= len(m)) or np.abs(e.astype(np.int64)).max(initial=0) > 22:
             raise damaged()
         bits = _compose(m, e).view(np.int64)

@@ -190,8 +190,15 @@ def test_every_number_survives_its_encoding_bit_for_bit() -> None:
     assert list(arrays) == ["y.raw"]
     steps = pd.Series(np.cumsum(rng.integers(4000, 4200, 800)).astype(np.int64) * -1 + 2**40)
     arrays, kind = record._encode_column("z", steps)
-    assert sorted(arrays) == ["z.delta", "z.first"] and arrays["z.delta"].dtype == np.int16
+    # int16 steps, the first (2^40 - 4,1xx) an exception
+    assert arrays["z.delta"].dtype == np.int16 and arrays["z.delta.i"].tolist() == [0]
     assert record._decode_column("z", kind, arrays, len(steps), "test").tolist() == steps.tolist()
+    # A wall clock at 10 ms: one exponent for the column, its steps in one byte.
+    clock = pd.Series(np.round(np.cumsum(rng.uniform(0.0, 0.5, 900)), 2))
+    arrays, kind = record._encode_column("w", clock)
+    assert arrays["w.E"].tolist() == [-2] and arrays["w.dM"].dtype == np.int8
+    assert record._decode_column("w", kind, arrays, len(clock), "test").view(np.int64).tolist() == \
+        clock.to_numpy().view(np.int64).tolist()
 
 
 def test_the_summaries_are_the_same_bits_in_any_episode_order(toy_results: Path) -> None:
