@@ -1,6 +1,7 @@
 """Training throughput and time-to-criterion of every algorithm (``make bench``): ``<out>/training.csv``.
 
-Three kinds of rows:
+Three kinds of rows (whole standard-budget runs are timed by :mod:`~constrained_grpo.eval.bench.training_run`,
+with :func:`child_run`):
 
 - ``kind=throughput``: env steps per second of ``agent.learn()`` (wall-clock and this
   process's CPU time, torch on one thread) for every registered learner (40,960 env steps
@@ -41,12 +42,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALGOS_CRITERION", "GRID", "HIGHWAY", "child_criterion", "child_throughput", "run"]
+__all__ = ["ALGOS_CRITERION", "ALGOS_RUN", "GRID", "HIGHWAY", "child_criterion", "child_run", "child_throughput", "run"]
 
 GRID = "Grid/HazardFuel-v0"
 HIGHWAY = "Highway/Highway-v0"
 SB3_PPO = "sb3-ppo"
 ALGOS_CRITERION: tuple[str, ...] = ("cgrpo", "grpo-screw", "ppo-lag", "pid-lag")
+ALGOS_RUN: tuple[str, ...] = ("cgrpo", "grpo-screw", "ppo-lag", SB3_PPO)
 ALGOS_HIGHWAY: tuple[str, ...] = (SB3_PPO, "ppo", "ppo-lag", "pid-lag", "cgrpo", "grpo-screw")
 #: Env steps timed per throughput measurement on the gridworld: 10 baseline rollouts of
 #: 4096 steps, or about 100 GRPO iterations.
@@ -151,6 +153,27 @@ def child_criterion(
         "run_wall_s": round(total, 2),
         "iterations": len(records),
         "optimum_return": round(optimum, 6),
+        "peak_rss_mb": round(_peak_rss_mb(), 1),
+    }
+
+
+def child_run(algo: str, task: str, steps: int, first: int, seed: int, config: dict[str, Any]) -> dict[str, Any]:
+    """One whole run of ``steps`` env steps, timed over its first ``first`` and over the rest."""
+    import torch
+
+    torch.set_num_threads(1)
+    learn, env_steps, _ = _learner(algo, task, seed, config)
+    start, start_cpu = time.perf_counter(), time.process_time()
+    learn(first)
+    n1, cpu1 = env_steps(), time.process_time() - start_cpu
+    learn(steps - n1)
+    wall, cpu = time.perf_counter() - start, time.process_time() - start_cpu
+    n = env_steps()
+    return {
+        "env_steps": n, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+        "env_steps_per_s": round(n / wall, 1), "env_steps_per_cpu_s": round(n / cpu, 1),
+        "first_env_steps": n1, "first_env_steps_per_cpu_s": round(n1 / cpu1, 1),
+        "rest_env_steps_per_cpu_s": round((n - n1) / (cpu - cpu1), 1),
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
 
@@ -270,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child is not None:
         spec = json.loads(args.child)
         kind = spec.pop("kind")
-        result = {"throughput": child_throughput, "criterion": child_criterion}[kind](**spec)
+        result = {"throughput": child_throughput, "criterion": child_criterion, "run": child_run}[kind](**spec)
         print(json.dumps(result), flush=True)
         return 0
     run(args.out, rounds=args.rounds, cap=args.cap, seeds=args.seeds, highway=not args.no_highway,

@@ -110,3 +110,9 @@ def test_training_benchmark_children() -> None:
     assert done["criterion_env_steps"] <= done["run_env_steps"] < done["criterion_env_steps"] + 10_000 + 1_000
     capped = speed_training.child_criterion("ppo-lag", TINY, 0, 64, small, chunk=10_000)
     assert not capped["reached"] and capped["criterion_env_steps"] is None and capped["run_env_steps"] == 64
+    # training_run.csv: a whole run timed over its first window and the rest, whose steps add up.
+    whole = speed_training.child_run("ppo-lag", TINY, 160, 40, 0, small)
+    assert whole["first_env_steps"] == 64 and whole["env_steps"] == 160  # two rollouts, then three more
+    assert whole["env_steps_per_cpu_s"] == pytest.approx(160 / whole["cpu_s"], rel=0.05)
+    assert min(whole["first_env_steps_per_cpu_s"], whole["rest_env_steps_per_cpu_s"]) <= whole["env_steps_per_cpu_s"] \
+        <= max(whole["first_env_steps_per_cpu_s"], whole["rest_env_steps_per_cpu_s"])
