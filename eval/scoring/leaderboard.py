@@ -50,7 +50,7 @@ from constrained_grpo.eval import storage
 from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
-from constrained_grpo.eval.scoring.verdict import TOL
+from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
 from constrained_grpo.schema import TaskMeta
 
 __all__ = [
@@ -394,9 +394,38 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
     return df[cols].reset_index(drop=True)
 
 
+def _undetermined_note(runs: pd.DataFrame, meta: TaskMeta, tol: float) -> str | None:
+    """How many learner runs of the task are undetermined, and the episodes that would
+    decide them at their observed costs (:func:`~constrained_grpo.eval.scoring.verdict.run_episodes_to_decide`)."""
+    if not len(runs):
+        return None
+    undecided = runs[runs["feasibility"] == "undetermined"]
+    share = len(undecided) / len(runs)
+    episodes = int(runs["eval_episodes"].max())
+    if not len(undecided):
+        return f"Every learner run is decided (feasible or breaking a limit) on its {episodes:,} evaluation episodes per policy."
+    need = []
+    for r in undecided.to_dict("records"):
+        n = int(r["eval_episodes"])
+        costs = [(float(r[f"eval_cost_{c.name}"]), float(r[f"eval_cost_se_{c.name}"]) * math.sqrt(n), str(r[f"verdict_{c.name}"]))
+                 for c in meta.constraints]
+        need.append(run_episodes_to_decide(costs, [c.limit for c in meta.constraints], [c.indicator for c in meta.constraints], tol))
+    finite = sorted(x for x in need if math.isfinite(x))
+    text = (f"Undetermined: {len(undecided)} of {len(runs)} learner runs ({share:.0%}) on {episodes:,} evaluation episodes "
+            "per policy; at its observed costs, each would be decided with 80% probability after ")
+    if finite:
+        text += f"a median of {int(np.median(finite)):,} episodes (the most: {int(finite[-1]):,})"
+    stuck = len(need) - len(finite)
+    if stuck:
+        text += ("; " if finite else "") + (f"{stuck} {'sits' if stuck == 1 else 'sit'} at the tolerated level itself, "
+                                            "which no count of episodes decides")
+    return text + "."
+
+
 def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reasons: Sequence[str], tol: float,
-                  references: pd.DataFrame | None = None) -> Section:
-    """The task's table: ranked algorithms, then reference policies (rank "ref")."""
+                  references: pd.DataFrame | None = None, learner_runs: pd.DataFrame | None = None) -> Section:
+    """The task's table: ranked algorithms, then reference policies (rank "ref");
+    ``learner_runs``: the task's per-run metrics (the note on undetermined runs)."""
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
@@ -444,6 +473,9 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
                      "paired permutation test of the mean score difference, Holm-corrected over the task's pairs at 5% "
                      f"({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv).")
+    undetermined = _undetermined_note(learner_runs, meta, tol) if learner_runs is not None else None
+    if undetermined:
+        notes.append(undetermined)
     if references is not None:
         notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
                      "optimum): anchors evaluated like every run, not ranked.")
@@ -642,7 +674,7 @@ def build_leaderboard(
             per_task[task] = df
         refs = ref_runs[ref_runs["task"] == task]
         ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False) if len(refs) else None
-        sections.append(_task_section(task, df, meta, reasons, tol, ref_df))
+        sections.append(_task_section(task, df, meta, reasons, tol, ref_df, ranked))
     overall: dict[str, pd.DataFrame] = {}
     for suite in sorted(runs_ranked["suite"].unique()):
         secs, df = _suite_sections(suite, runs_ranked, per_task, tasks, reasons_by_task, reps, seed)

@@ -59,6 +59,8 @@ __all__ = [
     "cost_stats",
     "cost_verdict",
     "episodes_to_certify",
+    "episodes_to_decide",
+    "run_episodes_to_decide",
     "run_verdict",
 ]
 
@@ -218,19 +220,21 @@ def certify_power(limit: float, tol: float, n: int, *, rate: float | None = None
 
 
 def episodes_to_certify(
-    limit: float, tol: float, *, power: float = 0.8, alpha: float = ALPHA, cap: int = 1_000_000
+    limit: float, tol: float, *, power: float = 0.8, alpha: float = ALPHA, cap: int = 1_000_000,
+    rate: float | None = None,
 ) -> int:
-    """The fewest evaluation episodes n with which a policy at its indicator limit is called
-    within with probability ``power`` (80%: 5,842 at d = 0.1, tol = 0.1; 2,577 at d = 0.2;
-    12,382 at d = 0.05). Event counts are whole, so the power is a sawtooth in n: a few
-    larger n fall back just under ``power`` before it climbs further."""
+    """The fewest evaluation episodes n with which a policy at its indicator limit (or at the
+    true rate ``rate``) is called within with probability ``power`` (80%: 5,842 at d = 0.1,
+    tol = 0.1; 2,577 at d = 0.2; 12,382 at d = 0.05). Event counts are whole, so the power is
+    a sawtooth in n: a few larger n fall back just under ``power`` before it climbs further."""
     if not 0.0 < limit < 1.0:
         raise ValueError(f"an indicator limit is a probability in (0, 1), got {limit}")
+    p = limit if rate is None else rate
     start = 2
     while start <= cap:
         n = np.arange(start, min(cap, 2 * start) + 1)
         x = _certifiable_events(n, limit, tol, alpha)
-        reach = np.flatnonzero((x >= 0) & (sps.binom.cdf(np.maximum(x, 0), n, limit) >= power))
+        reach = np.flatnonzero((x >= 0) & (sps.binom.cdf(np.maximum(x, 0), n, p) >= power))
         if reach.size:
             return int(n[reach[0]])
         start = 2 * start + 1
@@ -289,6 +293,51 @@ def _sd_plan(sd: float, limit: float, tol: float, power: float, alpha: float) ->
     ``n = ((z_{1-alpha} + z_{power}) s / (tol c(d)))^2``."""
     z = float(sps.norm.ppf(1.0 - alpha) + sps.norm.ppf(power))
     return max(2, math.ceil((z * sd / (tol * limit_scale(limit))) ** 2))
+
+
+def episodes_to_decide(mean: float, sd: float, limit: float, tol: float, *, alpha: float, power: float = 0.8,
+                       indicator: bool = False) -> float:
+    """Episodes with which a cost whose true mean and spread are ``mean`` and ``sd`` is
+    decided (its one-sided bound at ``alpha`` on the far side of ``t = d + tol c(d)``) with
+    probability ``power``: for an indicator below t, exactly (:func:`episodes_to_certify` at
+    that rate; none above 10M); otherwise by the normal approximation
+    ``n = ((z_{1-alpha} + z_{power}) s / |J - t|)^2`` with ``s`` floored at ``c(d)/sqrt(n)``
+    as :func:`cost_bounds` floors it. Infinite when J sits at t (within 1e-9 c(d), the
+    rounding of t itself); NaN for an unknown mean or spread."""
+    level = _tolerated(limit, tol)
+    gap = abs(mean - level)
+    if not (math.isfinite(mean) and math.isfinite(sd)):
+        return math.nan
+    if gap <= 1e-9 * limit_scale(limit):
+        return math.inf
+    if indicator and mean < level and 0.0 < limit < 1.0:
+        try:
+            return float(episodes_to_certify(limit, tol, power=power, alpha=alpha, cap=10_000_000, rate=max(mean, 0.0)))
+        except ValueError:
+            return math.inf
+    z = float(sps.norm.ppf(1.0 - alpha) + sps.norm.ppf(power))
+    # n = (z s / gap)^2 with s = max(sd, c / sqrt(n)): the floor binds when n <= z c / gap.
+    return float(max(2, math.ceil((z * sd / gap) ** 2), math.ceil(z * limit_scale(limit) / gap)))
+
+
+def run_episodes_to_decide(costs: Sequence[tuple[float, float, str]], limits: Sequence[float],
+                           indicators: Sequence[bool], tol: float, alpha: float = ALPHA, power: float = 0.8) -> float:
+    """Episodes with which an undetermined run would be decided at its observed costs:
+    ``costs[k] = (J_k, sd_k, verdict_k)``. A constraint observed above t decides "breaks"
+    (lower bound at alpha / K), the fewest such; otherwise every undetermined one must
+    decide "within" (at alpha), the most of those."""
+    k = max(1, len(limits))
+    over, within = [], []
+    for (mean, sd, verdict), d, ind in zip(costs, limits, indicators):
+        if verdict != "undetermined":
+            continue
+        if mean > _tolerated(d, tol):
+            over.append(episodes_to_decide(mean, sd, d, tol, alpha=alpha / k, power=power, indicator=ind))
+        else:
+            within.append(episodes_to_decide(mean, sd, d, tol, alpha=alpha, power=power, indicator=ind))
+    if over:
+        return min(over)
+    return max(within) if within else math.nan
 
 
 def plan_episodes(

@@ -15,6 +15,8 @@ from constrained_grpo.eval.scoring.verdict import (
     cost_bounds,
     cost_verdict,
     episodes_to_certify,
+    episodes_to_decide,
+    run_episodes_to_decide,
     run_verdict,
 )
 
@@ -115,3 +117,23 @@ def test_episodes_to_certify_the_limits_of_the_suite() -> None:
         assert abs(n - approx) / n < 0.1
     with pytest.raises(ValueError, match="probability"):
         episodes_to_certify(2.0, 0.1)
+
+
+def test_episodes_to_decide_an_undetermined_run_by_hand() -> None:
+    # A fuel-like cost 12.7 +- 2.0 against d = 12 (t = 13.2, 0.5 below): z_0.95 + z_0.8 =
+    # 1.64485 + 0.84162 = 2.48647, n = (2.48647 x 2 / 0.5)^2 = 98.9; above t at 13.7 it decides
+    # "breaks" at alpha / K = 0.025 with two constraints: (1.95996 + 0.84162) = 2.80159, 125.6.
+    assert episodes_to_decide(12.7, 2.0, 12.0, 0.1, alpha=0.05) == 99
+    assert episodes_to_decide(12.0 + 0.1 * 12.0, 2.0, 12.0, 0.1, alpha=0.05) == math.inf  # at t itself: never
+    # No spread: the floor c(d)/sqrt(n) binds, n = z c / gap = 2.48647 x 12 / 0.5 = 59.7.
+    assert episodes_to_decide(12.7, 0.0, 12.0, 0.1, alpha=0.05) == 60
+    # An indicator below t: exact. With no event the bound certifies once 0.89^n <= 0.05,
+    # n >= ln 0.05 / ln 0.89 = 25.7; at the limit itself, the plan's 5,842 (power 0.8).
+    assert episodes_to_decide(0.0, 0.0, 0.1, 0.1, alpha=0.05, indicator=True) == 26
+    assert episodes_to_decide(0.1, 0.3, 0.1, 0.1, alpha=0.05, indicator=True) == episodes_to_certify(0.1, 0.1) == 5842
+    fuel, over = (12.7, 2.0, "undetermined"), (13.7, 2.0, "undetermined")
+    hazard = (0.1, 0.3, "undetermined")
+    both = [0.1, 12.0], [True, False]
+    assert run_episodes_to_decide([hazard, fuel], *both, 0.1) == 5842  # both below t: the most
+    assert run_episodes_to_decide([hazard, over], *both, 0.1) == 126  # one above t: it decides the run
+    assert math.isnan(run_episodes_to_decide([(0.05, 0.2, "within")], [0.1], [True], 0.1))  # nothing undetermined

@@ -386,3 +386,18 @@ def test_discriminative_power_is_reported_per_task():
     df = lb.per_task[META.task]
     assert (df.attrs["pairs"], df.attrs["pairs_tested"], df.attrs["pairs_separated"]) == (3, 3, 2)  # a~b; both > c
     assert "Discriminative power: 2 of 3 algorithm pairs separated" in render_markdown(lb)
+
+
+def test_each_task_says_how_many_runs_are_undetermined_and_the_episodes_that_would_decide_them():
+    # "a" has cost 1 on 2 of 20 episodes (a cost not flagged an indicator, so Student's t):
+    # undetermined; at mean 0.1 and sd sqrt(20/19 x 0.09) = 0.30779 it is decided within with
+    # 80% probability on n = ((1.64485 + 0.84162) x 0.30779 / 0.01)^2 = 5,857.6 episodes.
+    # "b" has cost 1 on 12 of 20: its lower bound is over t = 0.11, decided.
+    rows = [r for s in range(3) for r in run_rows("a", s, ret=2.0, hazard=0.1) + run_rows("b", s, ret=2.0, hazard=0.6)]
+    lb = build_leaderboard(pd.DataFrame(rows), TASKS, reps=200)
+    assert set(lb.runs.loc[lb.runs["algo"] == "a", "feasibility"]) == {"undetermined"}
+    assert set(lb.runs.loc[lb.runs["algo"] == "b", "feasibility"]) == {"violates"}
+    assert ("Undetermined: 3 of 6 learner runs (50%) on 20 evaluation episodes per policy; at its observed costs, each "
+            "would be decided with 80% probability after a median of 5,858 episodes (the most: 5,858).") in render_markdown(lb)
+    decided = [r for s in range(3) for r in run_rows("b", s, ret=2.0, hazard=0.6)]
+    assert "Every learner run is decided" in render_markdown(build_leaderboard(pd.DataFrame(decided), TASKS, reps=200))
