@@ -68,6 +68,10 @@ class Family:
             take on these tasks, over their preset and under the user's options.
         return_bounds: its envs offer ``return_bounds() -> (low, high)``, bounds every episode's
             return satisfies (beside ``optimum()``); the loader checks submitted returns with them.
+        episode_check: its envs offer ``possible_episodes(returns, lengths, costs) -> bool
+            array``, whether each episode's return, length and costs are an outcome of the task
+            (and ``episode_rule() -> str``, the rule in words); the loader refuses a submitted
+            evaluation episode that is not.
     """
 
     name: str
@@ -77,6 +81,7 @@ class Family:
     extra: str | None = None
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     return_bounds: bool = False
+    episode_check: bool = False
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))

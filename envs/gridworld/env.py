@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -84,6 +85,91 @@ class GridWorldEnv(gym.Env[np.ndarray, np.int64]):
         optimum bounds only the expected return, which one lucky episode of a slippery grid may exceed.)"""
         goal, gem, p, t_max = self._goal_reward, self._gem_reward, self._step_penalty, self.max_episode_steps
         return (min(0.0, goal) + min(0.0, gem) - max(p, p * t_max), max(0.0, goal) + max(0.0, gem) - min(p, p * t_max))
+
+    def possible_episodes(self, returns: Any, lengths: Any, costs: Mapping[str, Any]) -> np.ndarray:
+        """Whether each episode's return, length and costs are an outcome of this task: it
+        ends on a goal (``a = 1``, after at least the shortest route's steps) or at the horizon
+        (``a = 0``, ``T = max_steps``); it earns ``a goal_reward + b gem_reward - T step_penalty``
+        (``b = 1`` only if the gem is on its way: ``T`` at least the steps to the gem, and on to
+        the goal when it ends there); fuel is ``T``; an indicator cost is 0 or 1 and a counted
+        one a whole number at most ``T``; a hazard (when certain) or mud cost of 0 means the
+        route entered none of those cells, so the shortest routes avoid them. ``lengths`` may
+        be NaN (unknown): fuel gives ``T`` then, and without either only the costs are checked."""
+        r = np.asarray(returns, dtype=float)
+        t = np.asarray(lengths, dtype=float) if lengths is not None else np.full(r.shape, np.nan)
+        if "fuel" in costs:
+            t = np.where(np.isnan(t), np.asarray(costs["fuel"], dtype=float), t)
+        ok = np.ones(r.shape, dtype=bool)
+        clean = {name: np.zeros(r.shape, dtype=bool) for name in ("hazard", "mud")}
+        for name, values in costs.items():
+            c = np.asarray(values, dtype=float)
+            if name == "fuel":
+                ok &= np.isnan(t) | (c == t)
+                continue
+            high = 1.0 if self._indicator.get(name, False) else np.where(np.isnan(t), self.max_episode_steps, t)
+            ok &= (c == np.round(c)) & (c >= 0) & (c <= high)
+            if name in clean and (name == "mud" or self._hazard_prob >= 1.0):
+                clean[name] = c == 0.0
+        known = ~np.isnan(t)
+        whole = known & (t == np.round(t)) & (t >= 1) & (t <= self.max_episode_steps)
+        p, horizon = self._step_penalty, self.max_episode_steps
+        match = np.zeros(r.shape, dtype=bool)
+        for avoid_hazard in (False, True):
+            for avoid_mud in (False, True):
+                rows = (clean["hazard"] == avoid_hazard) & (clean["mud"] == avoid_mud)
+                if not rows.any():
+                    continue
+                dist_goal, to_gem, gem_to_goal = self._route_lengths(avoid_hazard, avoid_mud)
+                for a in (0, 1):
+                    if a and dist_goal is None:
+                        continue  # no goal on a route that avoids those cells
+                    for b in ((0, 1) if to_gem is not None and self._gem_reward != 0.0 else (0,)):
+                        if b and a and gem_to_goal is None:
+                            continue  # no goal beyond the gem
+                        earned = a * self._goal_reward + b * self._gem_reward - t * p
+                        length_ok = (t >= dist_goal) if a else (t == horizon)
+                        if b:
+                            length_ok &= t >= (to_gem + gem_to_goal if a else to_gem)
+                        match |= rows & length_ok & (np.abs(r - earned) <= 1e-6 * np.maximum(1.0, np.abs(earned)))
+        return ok & (~known | (whole & match))
+
+    def episode_rule(self) -> str:
+        """:meth:`possible_episodes` in words, with this task's numbers."""
+        goal, to_gem, _ = self._route_lengths(False, False)
+        gem = (f" + {self._gem_reward:g} if it takes the gem (at least {to_gem} steps away)" if to_gem is not None else "")
+        return (f"an episode ends on the goal after at least {goal} steps (more if it avoids the hazards or the mud) or "
+                f"at the horizon of {self.max_episode_steps}, earns {self._goal_reward:g} for the goal{gem} - "
+                f"{self._step_penalty:g} per step, and spends 1 fuel per step")
+
+    def _route_lengths(self, avoid_hazard: bool, avoid_mud: bool) -> tuple[int | None, int | None, int | None]:
+        """Steps from the start to a goal, from the start to the gem and from the gem to a goal
+        on routes that enter no hazard (``avoid_hazard``) or mud (``avoid_mud``) cell; None
+        where there is no such route (or no gem)."""
+        from collections import deque
+
+        blocked = {c for c in range(len(self._next))
+                   if (avoid_hazard and self._hazard[c]) or (avoid_mud and self._mud[c])}
+
+        def bfs(origin: int) -> dict[int, int]:
+            dist, queue = {origin: 0}, deque([origin])
+            while queue:
+                cell = queue.popleft()
+                if self._goal[cell] and cell != origin:
+                    continue  # the goal ends the episode
+                for nxt in self._next[cell]:
+                    if nxt not in dist and nxt not in blocked:
+                        dist[nxt] = dist[cell] + 1
+                        queue.append(nxt)
+            return dist
+
+        from_start = bfs(self.model.start)
+        goals = [d for c, d in from_start.items() if self._goal[c]]
+        gems = [c for c, g in enumerate(self._gem) if g and c in from_start]
+        if not gems:
+            return (min(goals) if goals else None), None, None
+        from_gem = bfs(gems[0])
+        on = [d for c, d in from_gem.items() if self._goal[c]]
+        return (min(goals) if goals else None), from_start[gems[0]], (min(on) if on else None)
 
     @property
     def max_episode_steps(self) -> int:

@@ -38,6 +38,7 @@ GRIDWORLD = Family(
         "sb3": {"gamma": 1.0, "time_limit_bootstrap": False},
     },
     return_bounds=True,
+    episode_check=True,
 )
 
 

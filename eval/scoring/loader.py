@@ -923,6 +923,8 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
     - paired: each run's episodes of a policy are ``reset_seed = s_0 + episode`` for one
       first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired);
     - independent: no two seeds of an algorithm hold identical evaluation rows (one run copied);
+    - possible episodes: on a task whose family checks them (``Family.episode_check``), every
+      episode's return, length and costs are an outcome of the task (``possible_episodes``);
     - possible: on a task with an exact optimum R*, no run whose mean return (its one-sided
       lower bound at :data:`IMPOSSIBLE_ALPHA`) is above what any policy earns at its costs
       (:func:`_return_bound`); a genuine run is refused with probability at most 2 x
@@ -935,6 +937,8 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
         if not np.isfinite(seeds).all() or len(np.unique(seeds - episodes)) != 1:
             raise ResultsError(f"{where}: reset_seed must be first_seed + episode for every episode (the harness's "
                                "paired protocol); give the episodes cgrpo evaluated, not a selection")
+    for task, g in ev.groupby("task", sort=True):
+        _check_possible_episodes(str(task), g, metas[task] if task in metas else None, source)
     # A copy: the same training iterations and the same evaluation episodes under two seeds
     # (two seeds may well converge to one deterministic policy, but not by the same path).
     measured = ["kind", "policy", "iteration", "episode", "env_steps", "return",
@@ -964,6 +968,35 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
                 f"{lower:.4g}) is above {bound:.4g}, the most any policy of this task earns at its costs' upper bounds "
                 f"(exact optimum R* = {meta.optimum_return:.4g} at the limits); no policy of this task can do that"
             )
+
+
+def _check_possible_episodes(task: str, ev: pd.DataFrame, meta: TaskMeta | None, source: str) -> None:
+    """Refuse the first evaluation episode of ``task`` that its env says cannot happen."""
+    family = _registered_family(task)
+    if family is None or not family.episode_check or meta is None:
+        return
+    from constrained_grpo.tasks import make_env
+
+    env = make_env(task)
+    try:
+        names = [c.name for c in meta.constraints]
+        lengths = ev["length"].to_numpy(dtype=float) if "length" in ev.columns else None
+        ok = np.asarray(env.unwrapped.possible_episodes(
+            ev["return"].to_numpy(dtype=float), lengths, {n: ev[f"cost_{n}"].to_numpy(dtype=float) for n in names}))
+        rule = str(env.unwrapped.episode_rule()) if callable(getattr(env.unwrapped, "episode_rule", None)) else ""
+    finally:
+        env.close()
+    if ok.all():
+        return
+    i = int(np.flatnonzero(~ok)[0])
+    row = ev.iloc[i]
+    length = "length unknown" if lengths is None or not np.isfinite(lengths[i]) else f"{lengths[i]:g} steps"
+    spent = ", ".join(f"{n} {float(row[f'cost_{n}']):g}" for n in names)
+    raise ResultsError(
+        f"{source}: run task={task} algo={row['algo']} seed={int(row['seed'])}: {row['policy']} episode "
+        f"{int(row['episode'])} has return {float(row['return']):g} in {length} with {spent}, which no episode of "
+        f"{task} can have" + (f" ({rule})" if rule else "") + "; give the episodes cgrpo evaluated"
+    )
 
 
 def _return_bound(g: pd.DataFrame, meta: TaskMeta) -> float:

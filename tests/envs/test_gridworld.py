@@ -256,3 +256,32 @@ def test_integer_draw_comparison_matches_float_draws():
         np.testing.assert_array_equal(draws_below(keys, t, 2, p), u < p)
     with pytest.raises(ValueError, match="p < 1"):
         draws_below(keys, t, 2, 1.0)
+
+
+def test_possible_episodes_of_the_3x3_map_by_hand():
+    """The 3x3 map (top row . $ ., middle . M ., bottom S H G; horizon 12, goal 1, gem 0.5,
+    no step penalty): the goal is 2 steps away through the hazard, 4 around it through the
+    mud, 6 avoiding both (over the gem, 3 + 3 steps); an episode that misses the goal runs
+    to the horizon."""
+    env = make_env("Grid/HazardFuel3x3-v0").unwrapped
+    cases = [  # (return, length, hazard, fuel, possible)
+        (1.0, 2, 1, 2, True),    # the short route, through the hazard
+        (1.0, 2, 0, 2, False),   # ... which cannot avoid it
+        (1.0, 4, 0, 4, True),    # around the hazard, through the mud
+        (1.5, 6, 0, 6, True),    # over the gem
+        (1.5, 5, 0, 5, False),   # the gem and the goal take 6 steps
+        (0.0, 12, 0, 12, True),  # lost until the horizon
+        (0.0, 10, 0, 10, False), # no goal, yet ended before the horizon
+        (0.5, 12, 1, 12, True),  # the gem, then lost
+        (1.4, 6, 0, 6, False),   # no sum of 1 and 0.5
+        (1.5, 0, 0, 0, False),   # the issue's: the best return with no fuel
+        (1.0, 4, 2, 4, False),   # an indicator is 0 or 1
+        (1.0, 4, 0, 5, False),   # fuel is the length
+    ]
+    r, t, h, f, want = (np.array(col) for col in zip(*cases))
+    got = env.possible_episodes(r.astype(float), t.astype(float), {"hazard": h.astype(float), "fuel": f.astype(float)})
+    assert got.tolist() == want.tolist()
+    # Without lengths the fuel gives them; without either only the costs are checked.
+    assert env.possible_episodes(np.array([1.5]), None, {"fuel": np.array([6.0])}).tolist() == [True]
+    assert env.possible_episodes(np.array([1.5]), np.array([np.nan]), {"hazard": np.array([0.0])}).tolist() == [True]
+    assert "at least 2 steps" in env.episode_rule() and "horizon of 12" in env.episode_rule()

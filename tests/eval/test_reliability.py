@@ -116,12 +116,20 @@ def _eval_rows(df: pd.DataFrame) -> pd.Series:
     # One run copied to another seed counts once.
     (lambda df: pd.concat([df, df[df["seed"] == 0].assign(seed=5)], ignore_index=True),
      r"seeds 0 and 5 hold identical training and evaluation rows"),
-    # The unconstrained optimum's return (1.5 > R* = 1.2) with both costs 0: no policy of the task does that.
+    # The unconstrained optimum's return (1.5 > R* = 1.2) with both costs 0: no episode of the task does that
+    # (the goal and the gem take at least 6 steps, and each step spends one fuel).
     (lambda df: df.assign(**{"return": np.where(_eval_rows(df), 1.5, df["return"]),
                              "cost_hazard": np.where(_eval_rows(df), 0.0, df["cost_hazard"]),
                              "cost_fuel": np.where(_eval_rows(df), 0.0, df["cost_fuel"])}),
-     r"mean return 1.5 \(lower bound 1.5\) is above [\d.]+, the most any policy of this task earns at its costs' "
-     r"upper bounds \(exact optimum R\* = 1.2 at the limits\)"),
+     r"sampled episode 0 has return 1.5 in \d+ steps with hazard 0, fuel 0, which no episode of "
+     r"Grid/HazardFuel3x3-v0 can have \(an episode ends on the goal after at least 2 steps"),
+    # The issue's pair, return 1.4 with fuel 0 (and no length): 1.4 is no sum of the goal's 1 and the gem's 0.5.
+    (lambda df: _eval_first(_eval_first(_eval_first(df, "return", 1.4), "cost_fuel", 0.0), "length", np.nan),
+     r"has return 1.4 in length unknown with hazard [01], fuel 0, which no episode"),
+    # The goal in 2 steps is the route through the hazard: with hazard 0 it takes at least 4.
+    (lambda df: _eval_first(_eval_first(_eval_first(_eval_first(df, "return", 1.0), "cost_fuel", 2.0), "length", 2.0),
+                            "cost_hazard", 0.0),
+     r"has return 1 in 2 steps with hazard 0, fuel 2, which no episode"),
 ])
 def test_unpaired_copied_or_impossible_submissions_are_refused(good: Path, tmp_path: Path, edit, reason: str):
     bad = _edited(good, tmp_path, edit)
@@ -130,10 +138,25 @@ def test_unpaired_copied_or_impossible_submissions_are_refused(good: Path, tmp_p
 
 
 def test_a_return_above_the_optimum_is_possible_where_a_limit_is_broken(good: Path, tmp_path: Path):
-    # Return 1.5 with fuel over its limit: an unconstrained policy, a violator but a possible one.
+    # Return 1.5 in 8 steps with fuel 8, over its limit: an unconstrained policy, a violator but a possible one.
     check_submission_table(_edited(good, tmp_path, lambda df: df.assign(
         **{"return": np.where(_eval_rows(df), 1.5, df["return"]),
-           "cost_fuel": np.where(_eval_rows(df), 8.0, df["cost_fuel"])})))
+           "cost_fuel": np.where(_eval_rows(df), 8.0, df["cost_fuel"]),
+           "length": np.where(_eval_rows(df), 8.0, df["length"])})))
+
+
+def test_a_mean_return_above_what_any_policy_earns_at_its_costs_is_refused(good: Path, tmp_path: Path, monkeypatch):
+    """The rule on the mean, for tasks whose episodes are not checked one by one: with the
+    per-episode check off, return 1.5 at costs 0 is above R*(d) + lambda* (U - d) (R* = 1.2)."""
+    from constrained_grpo.eval.scoring import loader
+
+    monkeypatch.setattr(loader, "_check_possible_episodes", lambda *args: None)
+    bad = _edited(good, tmp_path, lambda df: df.assign(**{"return": np.where(_eval_rows(df), 1.5, df["return"]),
+                                                          "cost_hazard": np.where(_eval_rows(df), 0.0, df["cost_hazard"]),
+                                                          "cost_fuel": np.where(_eval_rows(df), 0.0, df["cost_fuel"])}))
+    with pytest.raises(ResultsError, match=r"mean return 1.5 \(lower bound 1.5\) is above [\d.]+, the most any policy of "
+                                           r"this task earns at its costs' upper bounds \(exact optimum R\* = 1.2 at the limits\)"):
+        check_submission_table(bad)
 
 
 def test_the_largest_int64_seed_is_accepted(good: Path, tmp_path: Path):
