@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import queue as queue_mod
@@ -144,7 +143,6 @@ def _provenance() -> dict[str, Any]:
 
 #: The progress queue of a local worker process (set by :func:`_init_worker`).
 _PROGRESS: Any = None
-_PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(driver: int) -> None:
@@ -154,16 +152,10 @@ def _die_with_parent(driver: int) -> None:
     the fork server, whose death alone must not end runs in flight (the driver starts a
     new one); there the pipe watch alone stands for the driver.
     """
-    parent = os.getppid()
-    if not sys.platform.startswith("linux") or parent != driver:
-        return
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # the parent died before the call took effect
-        os._exit(1)
+    if os.getppid() == driver:
+        from constrained_grpo.eval._forkserver_guard import die_with_parent
+
+        die_with_parent()
 
 
 def _watch_driver(watch: Any) -> None:
@@ -207,7 +199,8 @@ def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[
 
 #: Modules the fork server imports once, so that a run's process starts with them loaded
 #: (importing torch, SB3 and the agents costs seconds, paid once per sweep, not per run).
-_PRELOAD = ("constrained_grpo.eval.runner", *BUILTIN_AGENT_PACKAGES)
+#: The guard comes first: the server dies with the driver even while it imports the rest.
+_PRELOAD = ("constrained_grpo.eval._forkserver_guard", "constrained_grpo.eval.runner", *BUILTIN_AGENT_PACKAGES)
 
 
 def _mp_context() -> multiprocessing.context.BaseContext:

@@ -95,3 +95,29 @@ def test_killed_driver_leaves_no_process_and_rerun_completes_once(tmp_path: Path
         assert json.loads(marker.read_text())["attempt"] == 1
         assert not (marker.parent / "error.txt").exists() and not (marker.parent / "running.json").exists()
     assert wait_gone(rerun.pid) == []
+
+
+def _fork_server(sid: int) -> int | None:
+    for pid in session_pids(sid):
+        try:
+            if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def test_a_driver_killed_while_the_fork_server_starts_leaves_nothing_behind(tmp_path: Path):
+    """The fork server imports torch and the agents for seconds before it serves; a driver
+    killed meanwhile must not leave it (or the resource tracker, which waits for the
+    server's copy of its pipe) running: the server dies with its parent (``_forkserver_guard``)."""
+    proc = bench(tmp_path / "out", 10_000)
+    sid = proc.pid
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _fork_server(sid) is None:
+        time.sleep(0.02)
+    assert _fork_server(sid) is not None, "no fork server started within 60 s"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert wait_gone(sid, within=3.0) == [], "the fork server or the resource tracker outlived the killed driver"
+    assert not list((tmp_path / "out").rglob("done.json"))  # killed before any run could end
