@@ -96,6 +96,43 @@ def _config_value(arg: str, value: str) -> Any:
                    '{"size": 8} or a plain word')
 
 
+def _whole(text: str) -> int:
+    """A whole number written as ``20000``, ``20_000`` or ``2e4`` (SB3's ``total_timesteps=1e5``)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write a whole number such as 20000 or 2e4") from None
+    if not (math.isfinite(value) and value.is_integer() and abs(value) < 2**53):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write one such as 20000 or 2e4")
+    return int(value)
+
+
+def _seeds(text: str) -> int | tuple[int, ...]:
+    """``--seeds``: a count ``N`` (seeds 0..N-1), a range ``A-B`` (A..B, both included) or a
+    list ``A,B,C``."""
+    try:
+        if "," in text:
+            seeds = tuple(_whole(part) for part in text.split(",") if part.strip())
+        elif re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", text):
+            first, last = (int(part) for part in text.split("-"))
+            if last < first:
+                raise argparse.ArgumentTypeError(f"--seeds {text}: the range ends before it starts; write A-B with A <= B")
+            seeds = tuple(range(first, last + 1))
+        else:
+            return _whole(text)  # a count (>= 1, checked with the other numbers)
+    except argparse.ArgumentTypeError as err:
+        if str(err).startswith("--seeds"):
+            raise
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: give a count (10), a range (100-109) or a list (0,3,7)") from None
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0")
+    return seeds
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="cgrpo",
@@ -113,7 +150,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", parents=[common], help="run the constrained env checker on a task")
     c.add_argument("env_id", metavar="ENV_ID")
-    c.add_argument("--steps", type=int, default=300, help="random steps to check (default 300)")
+    c.add_argument("--steps", type=_whole, default=300, help="random steps to check (default 300)")
 
     al = sub.add_parser("algos", parents=[common], help="list the registered algorithms; with NAME --task ID, its whole configuration")
     al.add_argument("name", nargs="?", metavar="NAME", help="show this algorithm's resolved configuration")
@@ -123,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("task", metavar="TASK")
     t.add_argument("algo", metavar="ALGO")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--steps", type=int, default=20_000, help="env-step budget (default 20000)")
-    t.add_argument("--eval-episodes", type=int, default=None,
+    t.add_argument("--steps", type=_whole, default=20_000, help="env-step budget (default 20000)")
+    t.add_argument("--eval-episodes", type=_whole, default=None,
                    help="final-evaluation episodes per policy (default: the task family's plan from its limits)")
     t.add_argument("--out", type=Path, default=Path("runs"), help="results root (default runs/)")
     t.add_argument("--force", action="store_true", help="rerun even if the run is complete")
@@ -139,9 +176,10 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--preset", choices=sorted(PRESETS), default="quick")
     b.add_argument("--tasks", nargs="+", default=None, help="replace the preset's tasks")
     b.add_argument("--algos", nargs="+", default=None, help="replace the preset's algorithms")
-    b.add_argument("--seeds", type=int, default=None, help="use seeds 0..N-1")
-    b.add_argument("--steps", type=int, default=None, help="env-step budget of every run")
-    b.add_argument("--eval-episodes", type=int, default=None,
+    b.add_argument("--seeds", type=_seeds, default=None,
+                   help="a count N (seeds 0..N-1), a range A-B (held-out seeds, e.g. 100-109) or a list A,B,C")
+    b.add_argument("--steps", type=_whole, default=None, help="env-step budget of every run")
+    b.add_argument("--eval-episodes", type=_whole, default=None,
                    help="final-evaluation episodes per policy (default: the preset's, else each task family's plan)")
     b.add_argument("--backend", choices=["local", "ray"], default="local")
     b.add_argument("--workers", type=int, default=None, help="parallel runs (default: CPU count, or the Ray cluster's)")
@@ -176,14 +214,14 @@ def _parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", parents=[common], help="re-evaluate a saved agent with the harness protocol")
     ev.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
-    ev.add_argument("--episodes", type=int, default=None, help="episodes per policy (default: the run's)")
+    ev.add_argument("--episodes", type=_whole, default=None, help="episodes per policy (default: the run's)")
 
     rd = sub.add_parser("render", parents=[common], help="replay one episode of a saved agent as a GIF")
     rd.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
     rd.add_argument("--out", type=Path, required=True, metavar="FILE", help="the GIF to write")
     rd.add_argument("--sampled", action="store_true", help="sample the actions (default: the greedy policy)")
     rd.add_argument("--seed", type=int, default=None, help="reset seed (default: the first evaluation seed)")
-    rd.add_argument("--max-steps", type=int, default=500)
+    rd.add_argument("--max-steps", type=_whole, default=500)
     return p
 
 
@@ -245,7 +283,8 @@ def _check_args(args: argparse.Namespace) -> None:
         at_least("--eval-episodes", args.eval_episodes, 1)
         _writable_dir(args.out, "--out")
     if args.command == "bench":
-        at_least("--seeds", args.seeds, 1)
+        if isinstance(args.seeds, int):  # a list or a range was checked as it was parsed
+            at_least("--seeds", args.seeds, 1)
         at_least("--steps", args.steps, 1)
         at_least("--eval-episodes", args.eval_episodes, 1)
         at_least("--workers", args.workers, 1)
@@ -275,7 +314,9 @@ def _check_args(args: argparse.Namespace) -> None:
         at_least("--episodes", getattr(args, "episodes", None), 1)
         at_least("--max-steps", getattr(args, "max_steps", None), 1)
         if not (args.run_dir / "config.json").is_file():
-            raise CliError(f"{args.run_dir} is not a run directory (no config.json); give OUT/<task>/<algo>/seed_<n>")
+            from constrained_grpo.eval.replay import not_a_run_dir
+
+            raise CliError(not_a_run_dir(args.run_dir))
     if args.command == "render":
         if args.out.suffix.lower() != ".gif":
             raise CliError(f"--out {args.out}: give a file name ending in .gif")
@@ -440,10 +481,11 @@ def _cmd_algos(args: argparse.Namespace) -> int:
     if not names:
         print("no algorithm is registered (constrained_grpo.agents and constrained_grpo.baselines register theirs on import)")
         return 0
+    width = max(len(n) for n in names)
     for name in names:
         spec = agent_spec(name)
-        kind = "constrained" if spec.constrained else "unconstrained"
-        print(f"{name:<14} {kind:<14} {spec.description}")
+        kind = "reference" if spec.reference else "constrained" if spec.constrained else "unconstrained"
+        print(f"{name:<{width}}  {kind:<13}  {spec.description}")
     return 0
 
 

@@ -85,6 +85,11 @@ class Constraint:
                 f"(letters, digits, '_'), got {self.name!r}"
             )
         object.__setattr__(self, "limit", validate_limit(self.name, self.limit))
+        if self.indicator and self.limit > 1.0:
+            raise ConstraintError(
+                f"limit for constraint {self.name!r} is a probability (the cost is 1 at most once per episode), "
+                f"got {self.limit:g}; pass a value in [0, 1], e.g. limit=0.1"
+            )
 
     def with_limit(self, limit: float) -> "Constraint":
         """A copy with another limit (validated)."""

@@ -191,10 +191,20 @@ def did_you_mean(names: Iterable[str], valid: Iterable[str]) -> str:
 
     >>> did_you_mean(["entropy_coeff"], ["entropy_coef", "lr"])
     " (did you mean 'entropy_coef'?)"
+    >>> did_you_mean(["PPO_Lag"], ["ppo-lag", "ppo"])
+    " (did you mean 'ppo-lag'?)"
     """
     valid = list(valid)
-    close = [m[0] for n in names if (m := difflib.get_close_matches(str(n), valid, n=1, cutoff=0.6))]
+    # Compared without case and separators: PPO_Lag finds ppo-lag.
+    folded: dict[str, str] = {}
+    for v in valid:
+        folded.setdefault(_fold(v), v)
+    close = [folded[m[0]] for n in names if (m := difflib.get_close_matches(_fold(str(n)), list(folded), n=1, cutoff=0.6))]
     return f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+
+
+def _fold(name: str) -> str:
+    return name.lower().replace("_", "-").replace(" ", "-")
 
 
 @dataclass(frozen=True)

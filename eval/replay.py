@@ -16,6 +16,8 @@ completion, the reward and the costs.
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 import tempfile
@@ -35,6 +37,13 @@ class RenderError(ValueError):
     """The run cannot be replayed or rendered; the message says why and what to do."""
 
 
+def not_a_run_dir(path: Path) -> str:
+    """The error for a folder without ``config.json``, naming the run folders below it if any."""
+    below = sorted(p.parent for p in path.glob(f"*/{storage.CONFIG_FILE}"))[:3] if path.is_dir() else []
+    hint = f" (below it: {', '.join(str(p) for p in below)}; e.g. `{below[0]}`)" if below else ""
+    return f"{path} is not a run directory (no {storage.CONFIG_FILE}){hint}; give OUT/<task>/<algo>/seed_<n>"
+
+
 def run_spec(run_dir: str | Path) -> Any:
     """The :class:`~constrained_grpo.eval.runner.RunSpec` recorded in ``RUN_DIR/config.json``."""
     from constrained_grpo.eval.runner import RunSpec
@@ -42,7 +51,7 @@ def run_spec(run_dir: str | Path) -> Any:
     path = Path(run_dir)
     file = path / storage.CONFIG_FILE
     if not file.is_file():
-        raise RenderError(f"{path} is not a run directory (no {storage.CONFIG_FILE}); give OUT/<task>/<algo>/seed_<n>")
+        raise RenderError(not_a_run_dir(path))
     try:
         return RunSpec.from_dict(storage.read_json(file)["run"])
     except (KeyError, TypeError, ValueError) as err:
@@ -82,8 +91,9 @@ def load_saved_agent(run_dir: str | Path, trusted: Collection[str] = ()) -> Any:
     check_recorded_code(spec, path, trusted)
     saved = path / storage.AGENT_DIR
     if not saved.is_dir():
+        rerun = dataclasses.replace(spec, save_agent=True).command(path.parents[3])
         raise RenderError(f"{path} has no saved agent ({storage.AGENT_DIR}/): the run was made with --no-save; "
-                          f"rerun it without: {spec.command(path.parents[3])}")
+                          f"rerun it saving the agent: {rerun} --force")
     agent = make_agent(spec.algo, spec.task, seed=spec.seed, **dict(spec.config))
     if not callable(getattr(agent, "load", None)):
         raise RenderError(f"{spec.algo} has no load(path) (Contract 2): its saved agent cannot be read back")

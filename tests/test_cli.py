@@ -154,6 +154,13 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (["check", TASK, "--steps", "-5"], "--steps must be >= 1, got -5"),
         (["bench", "--workers", "0"], "--workers must be >= 1, got 0"),
         (["bench", "--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["bench", "--seeds", "5-2"], "the range ends before it starts"),
+        (["bench", "--seeds", "1,1"], "seeds are distinct whole numbers >= 0"),
+        (["bench", "--seeds", "ten"], "give a count (10), a range (100-109) or a list (0,3,7)"),
+        (["train", TASK, TOY, "--steps", "2.5"], "'2.5' is not a whole number; write one such as 20000 or 2e4"),
+        (["train", TASK, "cgrpo", "--config.limits", '{"hazard": 2}'],
+         "limit for constraint 'hazard' is a probability (the cost is 1 at most once per episode), got 2"),
+        (["train", TASK, "PPO_Lag"], "unknown algorithm 'PPO_Lag' (did you mean 'ppo-lag'?)"),
         (["leaderboard", ".", "--tol", "nan"], "--tol must be a finite number >= 0"),
         (["leaderboard", ".", "--tol", "inf"], "--tol must be a finite number >= 0"),
         (["leaderboard", ".", "--tol", "-1"], "--tol must be a finite number >= 0"),
@@ -168,6 +175,20 @@ def test_bad_arguments_are_one_line_errors_before_any_work(capsys, tmp_path: Pat
     code, err = run_main(capsys, *argv, *(["--out", str(tmp_path / "out")] if argv[0] in ("train", "bench") else []))
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing written
+
+
+def test_numbers_and_seeds_are_read_as_users_write_them():
+    from constrained_grpo.cli import _parser
+
+    args = _parser().parse_args(["bench", "--seeds", "100-109", "--steps", "1e5", "--eval-episodes", "2_000"])
+    assert args.seeds == tuple(range(100, 110)) and args.steps == 100_000 and args.eval_episodes == 2000
+    assert _parser().parse_args(["bench", "--seeds", "0,3,7"]).seeds == (0, 3, 7)
+    assert _parser().parse_args(["bench", "--seeds", "4"]).seeds == 4
+    assert _parser().parse_args(["train", TASK, TOY, "--steps", "2.5e4"]).steps == 25_000
+    # Held-out seeds reach the runs: the preset's grid takes the range.
+    from constrained_grpo.eval.presets import resolve
+
+    assert resolve("quick", algos=["ppo"], seeds=(100, 101)).seeds == (100, 101)
 
 
 def test_unwritable_out_is_a_one_line_error(capsys, tmp_path: Path):
@@ -274,3 +295,20 @@ def test_algos_prints_the_resolved_configuration(capsys):
     assert shown["algo"] == "grpo-screw" and shown["config"]["aggregator"] == "screw"
     assert main(["algos", "grpo-screw"]) == 2
     assert "needs --task ID" in capsys.readouterr().err
+
+
+def test_algos_lists_every_name_in_aligned_columns_and_references_as_such(capsys):
+    from constrained_grpo.cli import main
+    from constrained_grpo.registry import agent_spec, list_agents
+
+    assert main(["algos"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = list_agents()
+    assert [ln.split()[0] for ln in lines] == names
+    width = max(len(n) for n in names)
+    # The kind column starts after the longest name (trpo-lag-omnisafe, 17 characters) on every line.
+    assert {ln[width + 2:].split()[0] for ln in lines} <= {"constrained", "unconstrained", "reference"}
+    assert all(ln[width:width + 2] == "  " for ln in lines)
+    kinds = {ln.split()[0]: ln.split()[1] for ln in lines}
+    assert {n for n, k in kinds.items() if k == "reference"} == {n for n in names if agent_spec(n).reference}
+    assert kinds["ref-random"] == "reference" and kinds["ppo"] == "unconstrained" and kinds["cpo"] == "constrained"

@@ -196,6 +196,17 @@ def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Pat
     assert bad.returncode == 2 and "ending in .gif" in bad.stderr
     nodir = cgrpo("eval", str(tmp_path))
     assert nodir.returncode == 2 and "is not a run directory" in nodir.stderr
+    # One folder above the seeds: the message names the run folder to give.
+    above = cgrpo("eval", str(run.parent))
+    assert above.returncode == 2 and f"(below it: {run}; e.g. `{run}`)" in above.stderr
+    # A --no-save run: the suggested command saves the agent (and redoes the complete run).
+    nosave = cgrpo("train", TASK, "cgrpo", "--steps", "1500", "--eval-episodes", "13", "--out", str(out), "--quiet",
+                   "--seed", "1", "--no-save")
+    assert nosave.returncode == 0, nosave.stderr
+    refused = cgrpo("eval", str(out / TASK / "cgrpo" / "seed_1"))
+    assert refused.returncode == 2 and "the run was made with --no-save" in refused.stderr
+    suggested = refused.stderr.split("rerun it saving the agent: ", 1)[1].strip()
+    assert "--no-save" not in suggested and suggested.endswith("--force") and "--seed 1" in suggested
 
     # A downloaded run whose config.json names code: eval and render refuse it, importing nothing.
     (tmp_path / "payload.py").write_text(
