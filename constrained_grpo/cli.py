@@ -543,13 +543,29 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
+def _check_acts_on(name: str, spec: Any, task: str) -> None:
+    """A text task with an algorithm that acts on vectors: one line naming the ones that can."""
+    from constrained_grpo.registry import agent_spec, list_agents
+    from constrained_grpo.tasks import task_info
+
+    try:
+        family = task_info(task).family
+    except Exception:  # an unknown task: _resolve names it
+        return
+    if family.text and not spec.acts_on_text:
+        capable = [a for a in list_agents() if agent_spec(a).acts_on_text and not agent_spec(a).reference]
+        raise CliError(f"{name} cannot train on {task}: the {family.name} tasks take and give text, and {name}'s policy "
+                       f"acts on vectors; use one that trains a language model: {', '.join(capable)} (see `cgrpo algos`)")
+
+
 def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from constrained_grpo.eval import storage
     from constrained_grpo.eval.runner import RunSpec, recorded_config, check_run_eval_size, execute_run, run_meta, task_meta
     from constrained_grpo.eval.scoring.verdict import EvalSizeError
     from constrained_grpo.registry import agent_spec
 
-    agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
+    algo = agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
+    _check_acts_on(args.algo, algo, args.task)
     _resolve(args.algo, args.task, config)  # misspelled or mistyped options too
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
     meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with

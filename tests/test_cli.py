@@ -161,6 +161,9 @@ def run_main(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
         (["train", TASK, "cgrpo", "--config.limits", '{"hazard": 2}'],
          "limit for constraint 'hazard' is a probability (the cost is 1 at most once per episode), got 2"),
         (["train", TASK, "PPO_Lag"], "unknown algorithm 'PPO_Lag' (did you mean 'ppo-lag'?)"),
+        (["train", "Math/ChainSum-v0", "ppo-lag"],
+         "ppo-lag cannot train on Math/ChainSum-v0: the math tasks take and give text, and ppo-lag's policy acts on "
+         "vectors; use one that trains a language model: cgrpo"),
         (["leaderboard", ".", "--tol", "nan"], "--tol must be a finite number >= 0"),
         (["leaderboard", ".", "--tol", "inf"], "--tol must be a finite number >= 0"),
         (["leaderboard", ".", "--tol", "-1"], "--tol must be a finite number >= 0"),
