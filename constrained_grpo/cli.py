@@ -807,13 +807,6 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``cgrpo``; returns the exit status (0 ok, 1 failed runs or a rejected file, 2 usage)."""
-    import gymnasium as gym
-
-    from constrained_grpo.constraints import ConstraintError, CostContractError
-    from constrained_grpo.eval.scoring.loader import ResultsError
-    from constrained_grpo.eval.replay import RenderError
-    from constrained_grpo.eval.sweep import SweepConfigError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     try:
@@ -828,6 +821,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_args(args)
     except CliError as err:
         parser.error(str(err))
+    # Imported once the arguments are known to be good: a usage error costs no pandas or scipy.
+    import gymnasium as gym
+
+    from constrained_grpo.constraints import ConstraintError, CostContractError
+    from constrained_grpo.eval.replay import RenderError
+    from constrained_grpo.eval.scoring.loader import ResultsError
+    from constrained_grpo.eval.sweep import SweepConfigError
+
     start = time.perf_counter()
     try:
         if args.command == "envs":

@@ -16,11 +16,12 @@ import fnmatch
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from constrained_grpo.eval.runner import RunSpec
 from constrained_grpo.options import merge_options
-from constrained_grpo.eval.sweep import expand_grid
+
+if TYPE_CHECKING:  # the runner and the sweep import torch's and scipy's users: not needed to list presets
+    from constrained_grpo.eval.runner import RunSpec
 
 __all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "STANDARD_ALGOS", "Scope", "get_preset", "resolve"]
 
@@ -192,6 +193,8 @@ class Preset:
     def runs(self, *, save_agent: bool = True) -> list[RunSpec]:
         """The preset's runs, task by task: ``(task_algos + task_references)(task) x seeds``, in that order
         (its algorithms must be registered: see :func:`resolve`)."""
+        from constrained_grpo.eval.sweep import expand_grid
+
         specs: list[RunSpec] = []
         for task in self.resolved_tasks():
             scope = self.scope(task)

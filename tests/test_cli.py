@@ -315,3 +315,17 @@ def test_algos_lists_every_name_in_aligned_columns_and_references_as_such(capsys
     kinds = {ln.split()[0]: ln.split()[1] for ln in lines}
     assert {n for n, k in kinds.items() if k == "reference"} == {n for n in names if agent_spec(n).reference}
     assert kinds["ref-random"] == "reference" and kinds["ppo"] == "unconstrained" and kinds["cpo"] == "constrained"
+
+
+def test_a_usage_error_imports_neither_pandas_nor_scipy_nor_torch():
+    """Argument errors and --help come before the heavy imports (pandas, scipy, torch: over a
+    second of CPU together), so a typo is answered at once."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom constrained_grpo.cli import main\n"
+            "for argv in (['train', '--bogus'], ['--help'], ['bench', '--seeds', 'ten']):\n"
+            "    try:\n        main(argv)\n    except SystemExit:\n        pass\n"
+            "print(sorted(m for m in ('pandas', 'scipy', 'torch', 'stable_baselines3') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr

@@ -3,6 +3,14 @@
 from constrained_grpo.envs.gridworld.batched import BatchedGridWorld
 from constrained_grpo.envs.gridworld.env import GridWorldEnv
 from constrained_grpo.envs.gridworld.model import GridModel, GridOptions, default_layout
-from constrained_grpo.envs.gridworld.optimum import GridOptimum, solve_optimum
 
 __all__ = ["BatchedGridWorld", "GridModel", "GridOptimum", "GridOptions", "GridWorldEnv", "default_layout", "solve_optimum"]
+
+
+def __getattr__(name: str) -> object:
+    # The LP solver imports scipy.optimize (a few hundred ms): only when the optimum is asked for.
+    if name in ("GridOptimum", "solve_optimum"):
+        from constrained_grpo.envs.gridworld import optimum
+
+        return getattr(optimum, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
