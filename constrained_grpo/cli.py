@@ -544,10 +544,13 @@ def _duration(seconds: float) -> str:
 
 
 def _check_acts_on(name: str, spec: Any, task: str) -> None:
-    """A text task with an algorithm that acts on vectors: one line naming the ones that can."""
+    """A text task with a registered algorithm that acts on vectors: one line naming the ones
+    that can (a dotted path's agent says what it acts on by what it does)."""
     from constrained_grpo.registry import agent_spec, list_agents
     from constrained_grpo.tasks import task_info
 
+    if ":" in name:
+        return
     try:
         family = task_info(task).family
     except Exception:  # an unknown task: _resolve names it
@@ -585,7 +588,8 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
             (path / storage.DONE_FILE).unlink()
     remove = storage.add_record_hook(_ProgressLines(spec.steps, meta.limits)) if not args.quiet else None
     try:
-        outcome = execute_run(spec, args.out, meta=meta)
+        stage = None if args.quiet else (lambda line: print(f"[cgrpo train] {line}", file=sys.stderr, flush=True))
+        outcome = execute_run(spec, args.out, meta=meta, on_stage=stage)
     finally:
         if remove is not None:
             remove()

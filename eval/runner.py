@@ -418,12 +418,14 @@ def execute_run(
     attempt: int = 1,
     on_progress: Callable[[int], None] | None = None,
     recorded_out: str | Path | None = None,
+    on_stage: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Train, evaluate and save one run into ``spec.run_dir(out)``.
 
     The directory is cleared of a previous incomplete attempt, ``config.json`` is
     written first and ``done.json`` last. ``on_progress(env_steps)`` is called after
-    every log record (for progress bars). A failure is caught, its traceback written to
+    every log record (for progress bars), ``on_stage(line)`` as the final evaluation
+    starts and ends (for a console: evaluating can take longer than training). A failure is caught, its traceback written to
     ``error.txt`` and returned in the outcome. ``recorded_out`` is the results root named
     in the rerun command (default ``out``; a Ray task writes to a scratch ``out``).
     """
@@ -441,7 +443,8 @@ def execute_run(
                 return RunOutcome(spec.key, "done", attempt, 0.0)
             storage.clear_run_dir(path)
             try:
-                _execute(spec, out if recorded_out is None else recorded_out, path, meta, provenance, attempt, on_progress, start)
+                _execute(spec, out if recorded_out is None else recorded_out, path, meta, provenance, attempt, on_progress,
+                         start, on_stage)
             except Exception:
                 tb = traceback.format_exc()
                 storage.atomic_write_text(path / ERROR_FILE, f"attempt {attempt}\n{tb}")
@@ -470,6 +473,7 @@ def _execute(
     attempt: int,
     on_progress: Callable[[int], None] | None,
     start: float,
+    on_stage: Callable[[str], None] | None = None,
 ) -> None:
     meta = run_meta(spec, meta)
     names = meta.constraint_names
@@ -507,8 +511,15 @@ def _execute(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
             "once per iteration (docs/architecture.md)"
         )
+    if on_stage is not None:
+        size = (f"{spec.eval_episodes:,} episodes" if spec.eval_episodes is not None
+                else "the episodes its limits call for (the task's plan)")
+        on_stage(f"evaluating the final policy, sampled and greedy, on {size} each ...")
+    evaluated = time.perf_counter()
     results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
                                        constraints=meta.constraints)
+    if on_stage is not None:
+        on_stage(f"evaluated {protocol.episodes:,} episodes per policy in {time.perf_counter() - evaluated:.1f} s")
     n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
     if spec.save_agent:
         agent.save(path / AGENT_DIR)

@@ -440,6 +440,14 @@ def without_recorded(specs: Sequence[RunSpec], records: Sequence[str | Path]) ->
     return todo, skipped
 
 
+def _clock(seconds: float) -> str:
+    """``1h02m``, ``4m05s`` or ``12s``."""
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
@@ -532,6 +540,21 @@ def run_sweep(
     running: dict[str, RunSpec] = {}
     failed_count = 0
 
+    launched = time.perf_counter()
+    ended_runs = 0
+
+    def advance() -> None:
+        nonlocal ended_runs
+        ended_runs += 1
+        bar.update(1)
+
+    def tally() -> str:
+        """``k/N, elapsed, ETA``: runs ended of this sweep's, and the rest at the pace so far."""
+        ended, total = ended_runs, len(todo)
+        elapsed = time.perf_counter() - launched
+        eta = f", ETA {_clock(elapsed / ended * (total - ended))}" if 0 < ended < total else ""
+        return f"{ended}/{total}, {_clock(elapsed)} elapsed{eta}"
+
     def postfix() -> None:
         bar.set_postfix_str(f"running={len(running)} failed={failed_count} skipped={len(report.skipped)}", refresh=True)
 
@@ -551,7 +574,7 @@ def run_sweep(
             del pending[i]
             if storage.is_complete(path):  # completed by another sweep meanwhile
                 differs = spec.difference(recorded_config(path))
-                bar.update(1)
+                advance()
                 if differs is None:
                     report.skipped.append(spec.key)
                     say(f"[sweep] {spec.key} was completed by another process; skipping it")
@@ -590,8 +613,8 @@ def run_sweep(
                     run_bar.close()
                 if outcome.status == "done":
                     report.done.append(outcome.key)
-                    bar.update(1)
-                    say(f"[sweep] done {outcome.key} (attempt {outcome.attempt}, {outcome.wall_s:.1f} s)")
+                    advance()
+                    say(f"[sweep] done {outcome.key} (attempt {outcome.attempt}, {outcome.wall_s:.1f} s; {tally()})")
                 elif outcome.status == "busy":
                     # Another live process took the run first: look again once it lets go.
                     not_before[outcome.key] = time.monotonic() + 1.0
@@ -604,8 +627,8 @@ def run_sweep(
                 else:
                     report.failed[outcome.key] = outcome.error or "failed"
                     failed_count += 1
-                    bar.update(1)
-                    say(f"[sweep] run {outcome.key} FAILED after {outcome.attempt} attempt(s). Traceback:\n"
+                    advance()
+                    say(f"[sweep] run {outcome.key} FAILED after {outcome.attempt} attempt(s) ({tally()}). Traceback:\n"
                         f"{(outcome.error or '').rstrip()}")
             for key, steps in engine.drain_progress():
                 run_bar = run_bars.get(key)

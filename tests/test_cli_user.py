@@ -64,8 +64,11 @@ def test_user_task_through_import_and_module_syntax(tmp_path: Path):
     assert small.returncode == 2 and "use at least 26" in small.stderr and "Traceback" not in small.stderr
     assert not (tmp_path / "runs").exists()
     trained = cgrpo("train", "Course/Bridge-v0", TOY, "--import", "course_env", "--steps", "64",
-                    "--out", str(tmp_path / "runs"), "--quiet", cwd=tmp_path)
+                    "--out", str(tmp_path / "runs"), cwd=tmp_path)
     assert trained.returncode == 0, trained.stderr
+    # The final evaluation is announced, then timed: it can take longer than the training.
+    assert "evaluating the final policy, sampled and greedy, on the episodes its limits call for" in trained.stderr
+    assert re.search(r"evaluated 2,000 episodes per policy in [\d.]+ s", trained.stderr)
     # The family's facts: its plan (10,175 episodes for d = 0.1 at 95% power) capped at its 2,000.
     done = json.loads((tmp_path / "runs/Course/Bridge-v0/cgrpo_toy_agent_ToyAgent/seed_0/done.json").read_text())
     assert done["eval"]["episodes"] == 2_000 and done["eval"]["rule"]["cap"] == 2_000

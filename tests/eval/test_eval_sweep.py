@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import subprocess
@@ -80,7 +81,13 @@ def test_crashes_are_retried_reported_and_isolated(tmp_path: Path):
     text = "\n".join(lines)
     assert "RuntimeError: toy agent crash (once)" in text  # the traceback is shown
     assert "died abruptly" in text  # the SIGKILLed worker
-    assert "FAILED after 2 attempt(s)" in text
+    assert "FAILED after 2 attempt(s) (" in text
+    # Every ended run says how far the sweep is, in a log too: k/N, elapsed, and an ETA until the last.
+    ended = [ln for ln in lines if ln.startswith("[sweep] done ") or "FAILED after" in ln]
+    counts = [int(re.search(r"; (\d+)/5, |\((\d+)/5, ", ln).group(1) or re.search(r"\((\d+)/5, ", ln).group(1))
+              for ln in ended]
+    assert sorted(counts) == [1, 2, 3, 4, 5] and all("elapsed" in ln for ln in ended)
+    assert sum("ETA" in ln for ln in ended) == 4  # none once the last has ended
     res = load_results(tmp_path / "out", allow_incomplete=True)
     assert len(res.table.groupby(["algo", "seed"])) == 4
     assert "toy agent crash" in res.failed[str(storage.run_dir(tmp_path / "out", TASK, TOY, 1))]
