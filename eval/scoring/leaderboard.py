@@ -414,7 +414,7 @@ def _undetermined_note(runs: pd.DataFrame, meta: TaskMeta, tol: float) -> str | 
     text = (f"Undetermined: {len(undecided)} of {len(runs)} learner runs ({share:.0%}) on {episodes:,} evaluation episodes "
             "per policy; at its observed costs, each would be decided with 80% probability after ")
     if finite:
-        text += f"a median of {int(np.median(finite)):,} episodes (the most: {int(finite[-1]):,})"
+        text += f"about {int(np.median(finite)):,} episodes (the median; the most: {int(finite[-1]):,})"
     stuck = len(need) - len(finite)
     if stuck:
         text += ("; " if finite else "") + (f"{stuck} {'sits' if stuck == 1 else 'sit'} at the tolerated level itself, "

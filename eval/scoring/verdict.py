@@ -299,8 +299,8 @@ def episodes_to_decide(mean: float, sd: float, limit: float, tol: float, *, alph
                        indicator: bool = False) -> float:
     """Episodes with which a cost whose true mean and spread are ``mean`` and ``sd`` is
     decided (its one-sided bound at ``alpha`` on the far side of ``t = d + tol c(d)``) with
-    probability ``power``: for an indicator below t, exactly (:func:`episodes_to_certify` at
-    that rate; none above 10M); otherwise by the normal approximation
+    probability ``power``: for an indicator below t, by the exact binomial power at that rate
+    (:func:`_episodes_to_certify_at`; infinite above 10M); otherwise by the normal approximation
     ``n = ((z_{1-alpha} + z_{power}) s / |J - t|)^2`` with ``s`` floored at ``c(d)/sqrt(n)``
     as :func:`cost_bounds` floors it. Infinite when J sits at t (within 1e-9 c(d), the
     rounding of t itself); NaN for an unknown mean or spread."""
@@ -311,13 +311,36 @@ def episodes_to_decide(mean: float, sd: float, limit: float, tol: float, *, alph
     if gap <= 1e-9 * limit_scale(limit):
         return math.inf
     if indicator and mean < level and 0.0 < limit < 1.0:
-        try:
-            return float(episodes_to_certify(limit, tol, power=power, alpha=alpha, cap=10_000_000, rate=max(mean, 0.0)))
-        except ValueError:
-            return math.inf
+        return float(_episodes_to_certify_at(max(mean, 0.0), limit, tol, power, alpha))
     z = float(sps.norm.ppf(1.0 - alpha) + sps.norm.ppf(power))
     # n = (z s / gap)^2 with s = max(sd, c / sqrt(n)): the floor binds when n <= z c / gap.
     return float(max(2, math.ceil((z * sd / gap) ** 2), math.ceil(z * limit_scale(limit) / gap)))
+
+
+def _certify_power_at(n: int, rate: float, limit: float, tol: float, alpha: float) -> float:
+    x = int(_certifiable_events(n, limit, tol, alpha))
+    return 0.0 if x < 0 else float(sps.binom.cdf(x, n, rate))
+
+
+def _episodes_to_certify_at(rate: float, limit: float, tol: float, power: float, alpha: float,
+                            cap: int = 10_000_000) -> float:
+    """About the fewest n with which a true rate ``rate`` is certified within with probability
+    ``power``: a doubling search, then bisection, on the exact binomial power (a few dozen
+    evaluations; the power's sawtooth in n can put the answer a few episodes off the very
+    fewest, which :func:`episodes_to_certify` finds by scanning). Infinite beyond ``cap``."""
+    hi = 2
+    while _certify_power_at(hi, rate, limit, tol, alpha) < power:
+        if hi >= cap:
+            return math.inf
+        hi = min(cap, 2 * hi)
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _certify_power_at(mid, rate, limit, tol, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return float(hi)
 
 
 def run_episodes_to_decide(costs: Sequence[tuple[float, float, str]], limits: Sequence[float],

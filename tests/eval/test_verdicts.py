@@ -398,6 +398,6 @@ def test_each_task_says_how_many_runs_are_undetermined_and_the_episodes_that_wou
     assert set(lb.runs.loc[lb.runs["algo"] == "a", "feasibility"]) == {"undetermined"}
     assert set(lb.runs.loc[lb.runs["algo"] == "b", "feasibility"]) == {"violates"}
     assert ("Undetermined: 3 of 6 learner runs (50%) on 20 evaluation episodes per policy; at its observed costs, each "
-            "would be decided with 80% probability after a median of 5,858 episodes (the most: 5,858).") in render_markdown(lb)
+            "would be decided with 80% probability after about 5,858 episodes (the median; the most: 5,858).") in render_markdown(lb)
     decided = [r for s in range(3) for r in run_rows("b", s, ret=2.0, hazard=0.6)]
     assert "Every learner run is decided" in render_markdown(build_leaderboard(pd.DataFrame(decided), TASKS, reps=200))
