@@ -114,19 +114,17 @@ def _whole(text: str) -> int:
 def _seeds(text: str) -> int | tuple[int, ...]:
     """``--seeds``: a count ``N`` (seeds 0..N-1), a range ``A-B`` (A..B, both included) or a
     list ``A,B,C``."""
+    span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
+    if span:
+        first, last = int(span[1]), int(span[2])
+        if last < first:
+            raise argparse.ArgumentTypeError(f"--seeds {text}: the range ends before it starts; write A-B with A <= B")
+        return tuple(range(first, last + 1))
     try:
-        if "," in text:
-            seeds = tuple(_whole(part) for part in text.split(",") if part.strip())
-        elif re.fullmatch(r"\s*\d+\s*-\s*\d+\s*", text):
-            first, last = (int(part) for part in text.split("-"))
-            if last < first:
-                raise argparse.ArgumentTypeError(f"--seeds {text}: the range ends before it starts; write A-B with A <= B")
-            seeds = tuple(range(first, last + 1))
-        else:
+        if "," not in text:
             return _whole(text)  # a count (>= 1, checked with the other numbers)
-    except argparse.ArgumentTypeError as err:
-        if str(err).startswith("--seeds"):
-            raise
+        seeds = tuple(_whole(part) for part in text.split(",") if part.strip())
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: give a count (10), a range (100-109) or a list (0,3,7)") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0")

@@ -59,6 +59,13 @@ CRITERION_CHUNK = 200_000
 CRITERION_WINDOW = 20
 
 
+def grid_window(algo: str) -> int:
+    """The env steps a throughput measurement times on the gridworld for ``algo``."""
+    from constrained_grpo.baselines.agent import BASELINES as SB3_BASED
+
+    return GRID_STEPS if algo == SB3_PPO or algo in SB3_BASED else GRPO_GRID_STEPS
+
+
 def _peak_rss_mb() -> float:
     """This process's peak resident set size in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -253,7 +260,7 @@ def run(
     names = [SB3_PPO, *(algos if algos is not None else [a for a in list_agents() if not agent_spec(a).reference])]
     rows = _throughput_rows(
         GRID, names, rounds,
-        steps_of=lambda a: GRID_STEPS if a == SB3_PPO or a in SB3_BASED else GRPO_GRID_STEPS,
+        steps_of=grid_window,
         warmup=True,
         config_of=lambda a: {},
     )

@@ -16,16 +16,13 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from constrained_grpo.eval.bench.training import (
-    ALGOS_RUN, GRID, GRID_STEPS, GRPO_GRID_STEPS, SB3_PPO, _in_child, _load,
-)
+from constrained_grpo.eval.bench.training import ALGOS_RUN, GRID, _in_child, _load, grid_window
 
 __all__ = ["run"]
 
 
 def run(out_dir: Path, algos: Sequence[str] = ALGOS_RUN) -> list[Path]:
     """Time each whole run, print it, and write ``<out_dir>/training_run.csv``."""
-    from constrained_grpo.baselines.agent import BASELINES as SB3_BASED
     from constrained_grpo.eval.bench import code_version, write_rows
     from constrained_grpo.eval.presets import get_preset
 
@@ -34,8 +31,7 @@ def run(out_dir: Path, algos: Sequence[str] = ALGOS_RUN) -> list[Path]:
     rows = []
     for algo in algos:
         load = _load()
-        first = GRID_STEPS if algo == SB3_PPO or algo in SB3_BASED else GRPO_GRID_STEPS
-        res = _in_child("run", algo=algo, task=GRID, steps=budget, first=first, seed=0, config={})
+        res = _in_child("run", algo=algo, task=GRID, steps=budget, first=grid_window(algo), seed=0, config={})
         print(f"[training_run] {algo:10s}: {res['env_steps_per_cpu_s']:>11,.0f} env steps per CPU s over "
               f"{res['env_steps']:,} ({res['first_env_steps_per_cpu_s']:,.0f} over the first "
               f"{res['first_env_steps']:,}, {res['rest_env_steps_per_cpu_s']:,.0f} after), load {load}", flush=True)

@@ -531,14 +531,13 @@ TRAIN_DIGITS = 4
 WALL_DECIMALS = 2
 
 
-def round_significant(x: np.ndarray, digits: int = TRAIN_DIGITS, *, spec: str | None = None) -> np.ndarray:
-    """Each value rounded to ``digits`` significant decimal digits (or by the format ``spec``,
-    e.g. ``".2f"``), as Python's ``format`` rounds: correctly, so the same bits on every
+def rounded(x: np.ndarray, spec: str) -> np.ndarray:
+    """Each value as Python's ``format(v, spec)`` writes it and reads back (``".4g"``: 4
+    significant digits, ``".2f"``: 2 decimals): correctly rounded, so the same bits on every
     machine; NaN stays NaN."""
     values, inverse = np.unique(np.asarray(x, dtype=np.float64), return_inverse=True)
-    spec = spec or f".{digits}g"
-    rounded = np.array([float(format(v, spec)) for v in values.tolist()], dtype=np.float64)
-    return rounded[inverse.ravel()]
+    out = np.array([float(format(v, spec)) for v in values.tolist()], dtype=np.float64)
+    return out[inverse.ravel()]
 
 
 def _is_measured(col: str) -> bool:
@@ -562,7 +561,7 @@ def _finish(table: pd.DataFrame) -> pd.DataFrame:
     if train.any():
         for col in [c for c in table.columns if _is_measured(c) or c == "wall_s"]:
             values = table[col].to_numpy(dtype=np.float64).copy()
-            values[train] = round_significant(values[train], spec=f".{WALL_DECIMALS}f" if col == "wall_s" else None)
+            values[train] = rounded(values[train], f".{WALL_DECIMALS}f" if col == "wall_s" else f".{TRAIN_DIGITS}g")
             table[col] = values
     kind_order = table["kind"].map({"train": 0, "eval": 1})
     policy_order = table["policy"].map({p: i for i, p in enumerate(POLICIES)}).fillna(-1)

@@ -306,8 +306,7 @@ def _eval_block(ev: Mapping[str, Any], meta: TaskMeta, tol: float) -> dict[str, 
     viols = []
     for c, cost, (lower, upper), verdict in zip(meta.constraints, costs, bounds, verdicts):
         out[f"cost_{c.name}"] = cost.mean
-        # se = s / sqrt(n), s the sample standard deviation (ddof 1); NaN for n < 2.
-        out[f"cost_se_{c.name}"] = math.sqrt(cost.ss / (n - 1) / n) if n > 1 else math.nan
+        out[f"cost_se_{c.name}"] = cost.se
         out[f"cost_lo_{c.name}"], out[f"cost_hi_{c.name}"] = lower, upper
         out[f"within_{c.name}"] = int(ev[f"within_{c.name}"]) / n if n else math.nan
         out[f"violation_{c.name}"] = normalised_violation(cost.mean, c.limit) if n else math.nan

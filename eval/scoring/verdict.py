@@ -122,6 +122,11 @@ class CostStats:
         """Sample standard deviation (ddof 1; 0 for one episode)."""
         return math.sqrt(self.ss / (self.n - 1)) if self.n > 1 else 0.0
 
+    @property
+    def se(self) -> float:
+        """Standard error of the mean, s / sqrt(n); NaN for fewer than two episodes."""
+        return math.sqrt(self.ss / (self.n - 1) / self.n) if self.n > 1 else math.nan
+
 
 def cost_stats(costs: Sequence[float] | np.ndarray) -> CostStats:
     """:class:`CostStats` of the episodes ``costs``."""
@@ -220,21 +225,19 @@ def certify_power(limit: float, tol: float, n: int, *, rate: float | None = None
 
 
 def episodes_to_certify(
-    limit: float, tol: float, *, power: float = 0.8, alpha: float = ALPHA, cap: int = 1_000_000,
-    rate: float | None = None,
+    limit: float, tol: float, *, power: float = 0.8, alpha: float = ALPHA, cap: int = 1_000_000
 ) -> int:
-    """The fewest evaluation episodes n with which a policy at its indicator limit (or at the
-    true rate ``rate``) is called within with probability ``power`` (80%: 5,842 at d = 0.1,
-    tol = 0.1; 2,577 at d = 0.2; 12,382 at d = 0.05). Event counts are whole, so the power is
-    a sawtooth in n: a few larger n fall back just under ``power`` before it climbs further."""
+    """The fewest evaluation episodes n with which a policy at its indicator limit is called
+    within with probability ``power`` (80%: 5,842 at d = 0.1, tol = 0.1; 2,577 at d = 0.2;
+    12,382 at d = 0.05). Event counts are whole, so the power is a sawtooth in n: a few
+    larger n fall back just under ``power`` before it climbs further."""
     if not 0.0 < limit < 1.0:
         raise ValueError(f"an indicator limit is a probability in (0, 1), got {limit}")
-    p = limit if rate is None else rate
     start = 2
     while start <= cap:
         n = np.arange(start, min(cap, 2 * start) + 1)
         x = _certifiable_events(n, limit, tol, alpha)
-        reach = np.flatnonzero((x >= 0) & (sps.binom.cdf(np.maximum(x, 0), n, p) >= power))
+        reach = np.flatnonzero((x >= 0) & (sps.binom.cdf(np.maximum(x, 0), n, limit) >= power))
         if reach.size:
             return int(n[reach[0]])
         start = 2 * start + 1
@@ -317,11 +320,6 @@ def episodes_to_decide(mean: float, sd: float, limit: float, tol: float, *, alph
     return float(max(2, math.ceil((z * sd / gap) ** 2), math.ceil(z * limit_scale(limit) / gap)))
 
 
-def _certify_power_at(n: int, rate: float, limit: float, tol: float, alpha: float) -> float:
-    x = int(_certifiable_events(n, limit, tol, alpha))
-    return 0.0 if x < 0 else float(sps.binom.cdf(x, n, rate))
-
-
 def _episodes_to_certify_at(rate: float, limit: float, tol: float, power: float, alpha: float,
                             cap: int = 10_000_000) -> float:
     """About the fewest n with which a true rate ``rate`` is certified within with probability
@@ -329,14 +327,14 @@ def _episodes_to_certify_at(rate: float, limit: float, tol: float, power: float,
     evaluations; the power's sawtooth in n can put the answer a few episodes off the very
     fewest, which :func:`episodes_to_certify` finds by scanning). Infinite beyond ``cap``."""
     hi = 2
-    while _certify_power_at(hi, rate, limit, tol, alpha) < power:
+    while certify_power(limit, tol, hi, rate=rate, alpha=alpha) < power:
         if hi >= cap:
             return math.inf
         hi = min(cap, 2 * hi)
     lo = hi // 2
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _certify_power_at(mid, rate, limit, tol, alpha) >= power:
+        if certify_power(limit, tol, mid, rate=rate, alpha=alpha) >= power:
             hi = mid
         else:
             lo = mid
