@@ -55,6 +55,7 @@ from scipy import stats as sps  # noqa: E402
 from constrained_grpo.agents.advantages import AdvantageSpec, effective_weights  # noqa: E402
 from constrained_grpo.constraints import Constraint  # noqa: E402
 from constrained_grpo.eval.scoring.metrics import final_performance, fmean, second_half, tail_length  # noqa: E402
+from constrained_grpo.eval.scoring.plots import env_steps_axis, outside_legend  # noqa: E402
 from constrained_grpo.eval.scoring.stability import multiplier_stability  # noqa: E402
 from constrained_grpo.eval.scoring.stats import BOOTSTRAP_REPS, BOOTSTRAP_SEED, stratified_bootstrap_ci  # noqa: E402
 from constrained_grpo.files import atomic_write_csv, atomic_write_text  # noqa: E402
@@ -204,7 +205,8 @@ def sweep_spans(df: pd.DataFrame) -> pd.DataFrame:
 def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], path: Path, env_id: str = ENV_ID) -> Path:
     aggs = list(dict.fromkeys(df["aggregator"]))
     titles = {"screw": "ScRew: scalarize, then standardize", "scadv": "ScAdv: standardize, then scalarize"}
-    fig, axes = plt.subplots(1, len(aggs), figsize=(5.0 * len(aggs), 3.8), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(aggs), figsize=(5.0 * len(aggs), 3.8), sharey=True, squeeze=False,
+                             layout="constrained")
     for ax, agg in zip(axes[0], aggs):
         d = df[df["aggregator"] == agg]
         for comp in dict.fromkeys(d["component"]):
@@ -212,10 +214,10 @@ def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], p
             ax.plot(c[f"lambda_{sweep}"], c["weight"], lw=1.8, label=comp, color=_COMPONENT_COLORS.get(comp))
         ax.set(title=titles.get(agg, agg), xlabel=f"λ_{sweep}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
     axes[0, 0].set_ylabel("effective weight (per within-group std)")
     fixed_s = ", ".join(f"λ_{k} = {v:g}" for k, v in fixed.items())
     fig.suptitle(f"{env_id}: effective weights, {fixed_s} fixed", fontsize=10)
+    outside_legend(fig, fontsize=8)
     return _save(fig, path)
 
 
@@ -603,7 +605,8 @@ def render_markdown(summary: pd.DataFrame, constraints: Sequence[Constraint], op
 
 def _save(fig: plt.Figure, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # the suite's figures use constrained layout (outside legends)
+        fig.tight_layout()
     tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     fig.savefig(tmp, dpi=110, metadata={"Software": None})
     plt.close(fig)
@@ -672,45 +675,50 @@ def _figures(runs: Sequence[RunData], constraints: Sequence[Constraint], optimum
     smooth_s = f"each run smoothed by a rolling mean over {SMOOTH:.0%} of its iterations"
     paths = []
 
-    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.6), squeeze=False, layout="constrained")
     for ax, n in zip(axes[0], names):
         _panel(ax, by_algo, f"lambda_{n}", colors)
-        ax.set(title=f"λ_{n}", xlabel="env steps")
+        ax.set(title=f"λ_{n}")
+        env_steps_axis(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     fig.suptitle(f"{task}: multipliers ({band})", fontsize=10)
+    outside_legend(fig)
     paths.append(_save(fig, out / "multipliers.png"))
 
     comps = ["reward", *names]
-    fig, axes = plt.subplots(1, len(comps), figsize=(4.6 * len(comps), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(comps), figsize=(4.6 * len(comps), 3.6), squeeze=False, layout="constrained")
     for ax, comp in zip(axes[0], comps):
         _panel(ax, by_algo, f"eff_w_{comp}", colors, drop_zero=True, smooth=SMOOTH)
         if comp != "reward":
             _panel(ax, by_algo, f"lambda_{comp}", colors, ls=":", label_suffix=" λ")
-        ax.set(title=f"effective weight on {comp}" + ("" if comp == "reward" else " (dotted: λ)"), xlabel="env steps")
+        ax.set(title=f"effective weight on {comp}" + ("" if comp == "reward" else " (dotted: λ)"))
+        env_steps_axis(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     fig.suptitle(f"{task}: effective weights ({band};\n{smooth_s}; iterations where no group varied "
                  "the component, weight 0, left out)", fontsize=10)
+    outside_legend(fig)
     paths.append(_save(fig, out / "effective_weights.png"))
 
-    fig, axes = plt.subplots(1, 1 + len(names), figsize=(4.6 * (1 + len(names)), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, 1 + len(names), figsize=(4.6 * (1 + len(names)), 3.6), squeeze=False,
+                             layout="constrained")
     ax = axes[0, 0]
     _panel(ax, by_algo, "return", colors, smooth=SMOOTH)
     if optimum is not None:
         ax.axhline(optimum, color="k", ls="--", lw=1, label=f"R* = {optimum:.4f}")
         ax.axhspan(optimum * (1 - TOL), optimum, color="k", alpha=0.06, lw=0)
-    ax.set(title="return", xlabel="env steps")
+    ax.set(title="return")
+    env_steps_axis(ax)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
     for ax, c in zip(axes[0, 1:], constraints):
         _panel(ax, by_algo, f"cost_{c.name}", colors, smooth=SMOOTH)
-        ax.axhline(c.limit, color="r", ls="--", lw=1, label=f"limit {c.limit:g}")
+        # Generic labels, so that the figure's one legend names each kind of line once; the limit is in the title.
+        ax.axhline(c.limit, color="r", ls="--", lw=1, label="limit")
         ax.axhline(c.limit * (1 + TOL), color="r", ls=":", lw=1, label=f"{1 + TOL:g} × limit")
-        ax.set(title=f"cost {c.name}", xlabel="env steps")
+        ax.set(title=f"cost {c.name} (limit {c.limit:g})")
+        env_steps_axis(ax)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
     fig.suptitle(f"{task}: return and costs vs limits ({band}; {smooth_s})", fontsize=10)
+    outside_legend(fig)
     paths.append(_save(fig, out / "costs.png"))
     return paths
 

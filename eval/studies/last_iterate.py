@@ -196,14 +196,17 @@ def _traces_figure(traces: pd.DataFrame, task: str, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from constrained_grpo.eval.scoring.plots import env_steps_axis, outside_legend
+
     t = traces[traces["task"] == task]
     names = sorted(c[len("ratio_"):] for c in t.columns if c.startswith("ratio_") and t[c].notna().any())
     algos = [a for a in ALGOS if a in set(t["algo"])] + sorted(set(t["algo"]) - set(ALGOS))
-    fig, axes = plt.subplots(len(algos), 2, figsize=(10, 1.5 * len(algos) + 0.8), sharex=True, squeeze=False)
+    fig, axes = plt.subplots(len(algos), 2, figsize=(10, 1.5 * len(algos) + 0.8), sharex=True, squeeze=False,
+                             layout="constrained")
     colors = dict(zip(names, ("#d62728", "#1f77b4", "#2ca02c", "#9467bd")))
     for i, algo in enumerate(algos):
         tr = t[t["algo"] == algo].sort_values("iteration")
-        steps = tr["env_steps"].to_numpy(float) / 1e6
+        steps = tr["env_steps"].to_numpy(float)
         for k in names:
             axes[i, 0].plot(steps, tr[f"ratio_{k}"].to_numpy(float), lw=0.7, color=colors[k], label=k)
             if f"lambda_{k}" in tr and tr[f"lambda_{k}"].notna().any():
@@ -214,12 +217,11 @@ def _traces_figure(traces: pd.DataFrame, task: str, out: Path) -> Path:
         axes[i, 0].set_ylabel(algo, rotation=0, ha="right", va="center", fontsize=8)
     axes[0, 0].set_title("batch cost / limit, clipped at 3 (dashed: the limit, dotted: its tolerance)", fontsize=9)
     axes[0, 1].set_title("multiplier (CRPO: its switch)", fontsize=9)
-    axes[0, 0].legend(fontsize=7, loc="upper right")
     for ax in axes[-1]:
-        ax.set_xlabel("env steps (M)")
+        env_steps_axis(ax)  # 500k / 1.5M, the locator shared by the columns' axes
     seed = int(t["seed"].min()) if len(t) else 0
     fig.suptitle(f"{task}, seed {seed}", fontsize=10)
-    fig.tight_layout(rect=(0, 0, 1, 0.985))  # room for the suptitle above the column titles
+    outside_legend(fig)  # beside the panels: inside one it covered the traces near the limit
     path = out / f"traces_{task.split('/')[-1]}.png"
     fig.savefig(path, dpi=80, metadata={"Software": None})
     plt.close(fig)

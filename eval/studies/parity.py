@@ -326,18 +326,19 @@ def _plot(curves: dict[str, list[list[dict[str, float]]]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    from constrained_grpo.eval.scoring.plots import env_steps_axis, outside_legend  # noqa: PLC0415
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
     for side, color in zip(SIDES, ("tab:blue", "tab:orange")):
         for i, curve in enumerate(curves.get(side, [])):
             x = [r["env_steps"] for r in curve]
             for ax, key in zip(axes, ("ep_return", "ep_cost")):
                 ax.plot(x, [r[key] for r in curve], color=color, alpha=0.8, marker="o", ms=3, label=side if i == 0 else None)
     for ax, title in zip(axes, ("episode return", "episode cost")):
-        ax.set_xlabel("env steps")
+        env_steps_axis(ax)
         ax.set_title(f"{title} (last {WINDOW} episodes)")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    outside_legend(fig)
+    fig.savefig(path, dpi=120, metadata={"Software": None})  # no version string: deterministic bytes
     plt.close(fig)
 
 
