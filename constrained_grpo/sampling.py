@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["GAMMA", "MASK64", "categorical_from_uniform", "episode_choice", "episode_uniforms", "gaussian_from_uniform", "noise_dims", "splitmix64"]
+__all__ = ["GAMMA", "MASK64", "categorical_from_uniform", "episode_choice", "episode_seed", "episode_uniforms",
+           "gaussian_from_uniform", "noise_dims", "splitmix64"]
 
 #: SplitMix64's increment (the golden ratio in 64 bits) and the 64-bit mask.
 GAMMA = 0x9E3779B97F4A7C15
@@ -23,6 +24,7 @@ MASK64 = (1 << 64) - 1
 _GAMMA = np.uint64(GAMMA)
 _SALT = np.uint64(0xC2B2AE3D27D4EB4F)  # an odd multiplier no task's own draws use
 _CHOICE_SALT = np.uint64(0x165667B19E3779F9)  # another, for the per-episode choice of a mixture
+_SEED_SALT = 0x27D4EB2F165667C5  # and one for the seed of an agent's own evaluation generator
 
 
 def splitmix64(x: Any) -> Any:
@@ -65,6 +67,15 @@ def episode_choice(reset_seeds: np.ndarray | int, n: int) -> np.ndarray:
         bits = splitmix64(seeds * _CHOICE_SALT) >> np.uint64(11)
     u = (bits.astype(np.float64) + 0.5) * (1.0 / (1 << 53))
     return np.minimum((u * n).astype(np.int64), n - 1)
+
+
+def episode_seed(reset_seed: int) -> int:
+    """The seed of an agent's own evaluation generator in the episode reset with seed s:
+    ``h(s * SALT'')`` (SplitMix64, 64 bits), a function of s alone. Not s itself: gymnasium
+    seeds an env's ``np_random`` as ``numpy.random.default_rng(s)`` does, so an agent
+    generator seeded with s would replay the env's own draws (on a bridge that falls when
+    u < 0.5, a policy that crosses when its u > 0.8 would never fall)."""
+    return int(splitmix64((int(reset_seed) * _SEED_SALT) & MASK64))
 
 
 def noise_dims(action_space: object) -> int:

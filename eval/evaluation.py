@@ -2,10 +2,22 @@
 played on the task's batched twin where it has one, identical to the serial path.
 
 Episode i of every run of a task starts from ``reset(seed=first_seed + i)``, and a sampled
-policy draws its actions from ``constrained_grpo.sampling.episode_uniforms(first_seed + i,
-t, D)``: an episode is a function of its reset seed and the policy alone, so the batched
-evaluation (thousands of episodes stepped at once) and the serial one (one env, one
-episode after another) agree episode by episode, and the runs of a task are paired.
+policy with ``act_batch`` draws its actions from
+``constrained_grpo.sampling.episode_uniforms(first_seed + i, t, D)``: an episode is a function
+of its reset seed and the policy alone, so the batched evaluation (thousands of episodes
+stepped at once) and the serial one (one env, one episode after another) agree episode by
+episode, and the runs of a task are paired.
+
+A control agent with ``act(obs, deterministic)`` alone (:func:`play_seeded`) is played one
+episode after another, and at the start of episode i the harness seeds torch's and numpy's
+global generators and calls the agent's ``seed_evaluation(seed)`` where it has one, with
+``seed = episode_seed(first_seed + i)`` (:func:`constrained_grpo.sampling.episode_seed`, a
+hash of the reset seed): its sampled episode i is then a function of the reset seed and the
+policy too, provided it draws its actions from those generators. Whether it does is checked
+before the evaluation (:func:`sampling_is_seeded`): the first episodes are replayed twice,
+up to :data:`REPLAY_STEPS` sampled actions, and when the replays differ an
+:class:`UnseededEvaluationWarning` names the agent and the fix, and the protocol records
+``sampler="unseeded"``. An ``act_batch`` agent gets the same check with the same draws.
 
 How many episodes (:func:`evaluation_size`): a run that names its count gets it, if the
 count can certify every indicator limit at all (:func:`~constrained_grpo.eval.scoring.verdict.check_eval_size`);
@@ -18,7 +30,9 @@ evaluation (nothing is thrown away), and the plan depends on their spread, not t
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +40,13 @@ import numpy as np
 
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult
-from constrained_grpo.sampling import episode_uniforms, noise_dims
+from constrained_grpo.sampling import episode_seed, episode_uniforms, noise_dims
 from constrained_grpo.schema import EVAL_POLICIES
-from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
+from constrained_grpo.tasks import make_env, make_vec_env, task_info
 from constrained_grpo.eval.scoring.verdict import ALPHA, TOL, check_eval_size, plan_episodes
 
-__all__ = ["EVAL_SEED", "WAVE", "BeginEpisodes", "EvalProtocol", "evaluate_agent", "play_batched", "play_serial"]
+__all__ = ["EVAL_SEED", "REPLAY_STEPS", "WAVE", "BeginEpisodes", "EvalProtocol", "UnseededEvaluationWarning",
+           "evaluate_agent", "play_batched", "play_seeded", "play_serial", "sampling_is_seeded"]
 
 #: Reset seed of the first final-evaluation episode: episode i of every run, whatever its
 #: algorithm or training seed, starts from ``reset(seed=EVAL_SEED + i)``, so that all
@@ -39,9 +54,21 @@ __all__ = ["EVAL_SEED", "WAVE", "BeginEpisodes", "EvalProtocol", "evaluate_agent
 EVAL_SEED = 1_000_000
 #: Episodes stepped at once on a batched twin (a wave runs until its longest episode ends).
 WAVE = 2048
+#: Sampled actions that :func:`sampling_is_seeded` replays twice (the first evaluation
+#: episodes, as many as these steps reach): an agent drawing from a generator the harness
+#: does not seed picks two equal sequences of 32 actions only if its policy is (nearly)
+#: deterministic, when sampling does not matter; 64 steps cost nothing beside the evaluation.
+REPLAY_STEPS = 32
 
 #: ``act_batch(obs (B, ...), deterministic, uniforms (B, D)) -> actions (B, ...)``.
 ActBatch = Callable[[np.ndarray, bool, np.ndarray], np.ndarray]
+#: ``act(obs, deterministic) -> action``: one observation.
+Act = Callable[..., Any]
+
+
+class UnseededEvaluationWarning(UserWarning):
+    """An agent's sampled evaluation is not a function of the episodes' reset seeds: two
+    replays of the same episodes, seeded alike, sampled different actions."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +83,11 @@ class EvalProtocol:
         owner: ``"harness"`` (the harness stepped the env, or had a text agent score the
             harness's problem seeds) or ``"agent"`` (``agent.evaluate``).
         sampler: how sampled actions were drawn: ``"episode-uniforms"`` (a function of the
-            reset seed, :mod:`constrained_grpo.sampling`), ``"generator"`` (the agent's or
-            torch's generator, seeded with ``first_seed``), or None.
+            reset seed, :mod:`constrained_grpo.sampling`), ``"episode-generator"`` (the
+            agent's generator, ``seed_evaluation``, or torch's and numpy's, seeded in each
+            episode with ``episode_seed`` of its reset seed), ``"generator"`` (a text
+            agent's, seeded with ``first_seed``), ``"unseeded"`` (the agent drew from a
+            generator the harness does not seed: :class:`UnseededEvaluationWarning`), or None.
         batched: whether the episodes were stepped on the task's batched twin.
         rule: how ``episodes`` was chosen: ``{"rule": "fixed"}`` or ``{"rule": "planned", "power",
             "cap", "pilot" (episodes of the pilot, 0 without one), "tol", "alpha"}``.
@@ -104,6 +134,81 @@ def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Seque
             done = terminated or truncated
         lengths[j] = t
     return EvalResult(returns=returns, costs=costs, lengths=lengths)
+
+
+def play_seeded(env: Any, act: Act, deterministic: bool, seeds: Sequence[int], k: int,
+                seed_evaluation: Callable[[int], None] | None = None) -> EvalResult:
+    """One episode after another on ``env`` for an agent with ``act(obs, deterministic)``
+    alone: episode j from ``reset(seed=seeds[j])``, then torch's and numpy's global
+    generators and the agent's own (``seed_evaluation``) seeded with ``episode_seed(seeds[j])``,
+    so that a sampled episode depends on its reset seed and the policy, not on the episodes
+    before it. The caller's global generators are restored after."""
+    n = len(seeds)
+    returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
+    with _own_global_generators():
+        for j, seed in enumerate(seeds):
+            obs, _ = env.reset(seed=int(seed))
+            _seed_generators(episode_seed(int(seed)), seed_evaluation)
+            t, done = 0, False
+            while not done:
+                obs, reward, terminated, truncated, info = env.step(act(obs, deterministic=deterministic))
+                returns[j] += float(reward)
+                costs[j] += costs_from_info(info, k)
+                t += 1
+                done = terminated or truncated
+            lengths[j] = t
+    return EvalResult(returns=returns, costs=costs, lengths=lengths)
+
+
+def _first_actions(env: Any, start: Callable[[int], None], choose: Callable[[np.ndarray, int, int], Any],
+                   first_seed: int, steps: int) -> list[np.ndarray]:
+    """The first ``steps`` sampled actions of the evaluation: episodes from ``reset(seed=first_seed
+    + i)``, ``start(seed)`` after each reset, action ``choose(obs, seed, t)`` at step t."""
+    actions: list[np.ndarray] = []
+    seed = first_seed
+    while len(actions) < steps:
+        obs, _ = env.reset(seed=seed)
+        start(seed)
+        t, done = 0, False
+        while not done and len(actions) < steps:
+            action = choose(obs, seed, t)
+            actions.append(np.array(action, copy=True))
+            obs, _, terminated, truncated, _ = env.step(action)
+            t += 1
+            done = terminated or truncated
+        seed += 1
+    return actions
+
+
+def sampling_is_seeded(env: Any, start: Callable[[int], None], choose: Callable[[np.ndarray, int, int], Any],
+                       first_seed: int = EVAL_SEED, steps: int = REPLAY_STEPS) -> bool:
+    """Whether two replays of the evaluation's first ``steps`` sampled actions agree (see
+    :func:`_first_actions` for ``start`` and ``choose``): an agent whose actions are a function
+    of the observation and the seeded draws picks the same sequence twice, one that draws from
+    a generator of its own (unseeded, or seeded once at construction) does not. The global
+    generators are restored after."""
+    with _own_global_generators():
+        first = _first_actions(env, start, choose, first_seed, steps)
+        again = _first_actions(env, start, choose, first_seed, steps)
+    return all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(first, again))
+
+
+def _unseeded_message(agent: Any, first_seed: int, batch: bool, has_seed_evaluation: bool) -> str:
+    name = type(agent).__name__
+    seeds = f"reset seeds {first_seed}+i"
+    if batch:
+        return (f"{name}.act_batch(obs, False, uniforms) sampled different actions in two replays of the first "
+                f"evaluation episodes ({seeds}) with the same draws: its sampled evaluation cannot be reproduced "
+                "and is not paired with other algorithms'. Pick each sampled action from its row of `uniforms` "
+                "(constrained_grpo.sampling.categorical_from_uniform, gaussian_from_uniform), not from a "
+                "generator of the agent's own.")
+    how = ("each after the same seed_evaluation(seed) calls" if has_seed_evaluation
+           else "seeded alike (it has no seed_evaluation(seed))")
+    return (f"{name}.act(obs, deterministic=False) sampled different actions in two replays of the first "
+            f"evaluation episodes ({seeds}), {how}: it draws from a generator the harness does not seed, so "
+            "its sampled evaluation cannot be reproduced and is not paired with other algorithms'. Implement "
+            "seed_evaluation(seed), which the harness calls at the start of each evaluation episode with a seed "
+            "of that episode, and draw the sampled actions from the generator it seeds.")
 
 
 def play_batched(
@@ -170,10 +275,14 @@ def evaluate_agent(
 
     A control agent with ``act_batch(obs, deterministic, uniforms)`` is evaluated on the
     task's batched twin (``batched``: None lets the task say, ``TaskInfo.batched_eval``) or
-    one env, with the same episodes; one with only ``act(obs, deterministic)`` on one env,
-    sampling from torch's global generator (forked, seeded with ``first_seed``) or its own
-    (``seed_evaluation(seed)``). An agent that acts on more than the task's observation
-    (Saute's remaining budget) exposes ``wrap_eval_env(env)`` and is evaluated on one env. A
+    one env, with the same episodes; one with only ``act(obs, deterministic)`` on one env
+    (:func:`play_seeded`), episode i sampling from torch's and numpy's global generators
+    (forked) and from its own (``seed_evaluation``), all seeded with
+    ``episode_seed(first_seed + i)``. Either is first checked to sample reproducibly
+    (:func:`sampling_is_seeded`, :data:`REPLAY_STEPS` actions replayed twice); one that does
+    not gets one :class:`UnseededEvaluationWarning` and ``sampler="unseeded"``. An agent
+    that acts on more than the task's observation (Saute's remaining budget) exposes
+    ``wrap_eval_env(env)`` and is evaluated on one env. A
     text agent (Text observations) provides ``evaluate(n, deterministic, seed=...)`` over the
     harness's problem seeds. An agent with neither evaluates itself (``evaluate(n,
     deterministic)``): its episodes are its own, ``owner="agent"``, and the leaderboard does
@@ -207,6 +316,23 @@ def evaluate_agent(
             env = wrap(env)
         use_batched = (not text and callable(act_batch) and not callable(wrap)
                        and (info.batched_eval if batched is None else bool(batched)))
+        begin = getattr(agent, "begin_episodes", None)
+        begin = begin if callable(begin) else None
+        seed_evaluation = getattr(agent, "seed_evaluation", None)
+        seed_evaluation = seed_evaluation if callable(seed_evaluation) else None
+        seeded = True
+        if not text:
+            if callable(act_batch):
+                dims = noise_dims(env.action_space)
+                seeded = sampling_is_seeded(
+                    env, lambda s: begin(np.array([s], dtype=np.int64)) if begin is not None else None,
+                    lambda o, s, t: act_batch(np.asarray(o)[None], False, episode_uniforms(s, t, dims))[0], first_seed)
+            else:
+                seeded = sampling_is_seeded(env, lambda s: _seed_generators(episode_seed(s), seed_evaluation),
+                                            lambda o, s, t: act(o, deterministic=False), first_seed)
+            if not seeded:
+                warnings.warn(UnseededEvaluationWarning(
+                    _unseeded_message(agent, first_seed, callable(act_batch), seed_evaluation is not None)), stacklevel=2)
 
         def play(policy: str, start: int, count: int) -> EvalResult:
             det = policy == "deterministic"
@@ -214,18 +340,10 @@ def evaluate_agent(
             if text:
                 return _forked(first_seed + start, lambda: evaluate(count, deterministic=det, seed=first_seed + start))
             if callable(act_batch):
-                begin = getattr(agent, "begin_episodes", None)
-                begin = begin if callable(begin) else None
                 if use_batched:
                     return play_batched(lambda b: make_vec_env(task, b, **kwargs), act_batch, det, seeds, k, begin=begin)
                 return play_serial(env, act_batch, det, seeds, k, begin=begin)
-
-            def serial() -> EvalResult:
-                if callable(getattr(agent, "seed_evaluation", None)):
-                    agent.seed_evaluation(first_seed + start)
-                return rollout_episodes(env, lambda o: act(o, deterministic=det), count, seed=first_seed + start)
-
-            return _forked(first_seed + start, serial)
+            return play_seeded(env, act, det, seeds, k, seed_evaluation)
 
         pilot = 0
         if episodes is not None:
@@ -244,7 +362,12 @@ def evaluate_agent(
             if n > done:
                 more = play(policy, done, n - done)
                 results[policy] = _concat([results[policy], more]) if done else more
-        sampler = "episode-uniforms" if (not text and callable(act_batch)) else "generator"
+        if text:
+            sampler = "generator"
+        elif not seeded:
+            sampler = "unseeded"
+        else:
+            sampler = "episode-uniforms" if callable(act_batch) else "episode-generator"
         return results, EvalProtocol(n, first_seed, EVAL_POLICIES, "harness", sampler, use_batched, _rule(episodes, plan, pilot))
     finally:
         env.close()
@@ -256,15 +379,37 @@ def _rule(episodes: int | None, plan: Any, pilot: int) -> dict[str, Any]:
     return {"rule": "planned", **plan.to_dict(), "pilot": pilot, "tol": TOL, "alpha": ALPHA}
 
 
+@contextmanager
+def _own_global_generators() -> Iterator[None]:
+    """Torch's (CPU) and numpy's global generators restored on exit, so that what the
+    evaluation draws from them leaves the caller's streams as they were."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        state = np.random.get_state()
+        try:
+            yield
+        finally:
+            np.random.set_state(state)
+
+
+def _seed_generators(seed: int, seed_evaluation: Callable[[int], None] | None = None) -> None:
+    """Seed torch's CPU and numpy's global generators and the agent's own with ``seed``."""
+    import torch
+
+    # The CPU generator alone: torch.manual_seed also seeds every device backend, over 100
+    # times slower per episode, and fork_rng(devices=[]) restores the CPU state only.
+    torch.default_generator.manual_seed(seed)
+    np.random.seed(seed % 2**32)
+    if seed_evaluation is not None:
+        seed_evaluation(seed)
+
+
 def _forked(seed: int, fn: Callable[[], EvalResult]) -> EvalResult:
     """``fn()`` with torch's and numpy's global generators seeded with ``seed`` and restored after."""
     import torch
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        state = np.random.get_state()
+    with _own_global_generators():
+        torch.manual_seed(seed)  # every device's generator too: a text agent may sample on one
         np.random.seed(seed % 2**32)
-        try:
-            return fn()
-        finally:
-            np.random.set_state(state)
+        return fn()

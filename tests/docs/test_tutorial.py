@@ -22,6 +22,17 @@ string, ```text output atol=A rtol=R```: a printed value ``y`` matches when
 facts, LP optima, counts, pure arithmetic). docs/tutorial.md says how the tolerance was
 measured.
 
+The run (``test_tutorial_commands_run``) is made twice, each time in a fresh folder: under 1
+and under 2 BLAS threads (``OMP_NUM_THREADS``, which also sizes torch's intra-op pool when
+torch is imported, ``OPENBLAS_NUM_THREADS`` for numpy's and scipy's OpenBLAS,
+``MKL_NUM_THREADS`` for torch's MKL), and both must print the shown output, ``~x`` within
+its tolerance and every other number exactly: a printed number may not depend on the order
+in which a threaded kernel sums. (Training pins torch to one intra-op thread itself, the
+harness's runner and the GRPO agents' ``num_threads``; what the variables still reach is
+numpy's and scipy's BLAS and any torch code outside an agent.) The whole tutorial runs at
+both counts, not only its training blocks, since an exact line is exactly where a thread
+count would show; that costs one more run, about a minute of CPU.
+
 Select with ``pytest -m tutorial`` or by file; it is part of ``make test``.
 """
 
@@ -185,11 +196,20 @@ def expected_outputs(blocks: list[Block]) -> dict[int, Block]:
     return {i: blocks[i + 1] for i, b in enumerate(blocks[:-1]) if b.runs and blocks[i + 1].is_output}
 
 
-def tutorial_env() -> dict[str, str]:
-    """The environment of the tutorial's commands: this venv first on PATH, one thread, no display."""
+#: The BLAS thread counts the tutorial's commands run under (see the module docstring).
+THREAD_COUNTS: tuple[int, ...] = (1, 2)
+#: What sets them: OpenMP (torch's intra-op pool at import, and OpenBLAS built with it),
+#: OpenBLAS's own pool (numpy's and scipy's BLAS) and MKL's.
+THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def tutorial_env(threads: int = 1) -> dict[str, str]:
+    """The environment of the tutorial's commands: this venv first on PATH, ``threads`` BLAS
+    threads, no display."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    env["OMP_NUM_THREADS"] = "1"
+    for var in THREAD_VARIABLES:
+        env[var] = str(threads)
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONPATH", None)  # the tutorial sets it where it needs it
@@ -341,8 +361,9 @@ def test_tutorial_links_resolve() -> None:
 
 
 @pytest.mark.timeout(1800)
-def test_tutorial_commands_run(tmp_path: Path) -> None:
-    env = tutorial_env()
+@pytest.mark.parametrize("threads", THREAD_COUNTS, ids=lambda n: f"{n}-blas-threads")
+def test_tutorial_commands_run(tmp_path: Path, threads: int) -> None:
+    env = tutorial_env(threads)
     log = []
     blocks = _blocks()
     outputs = expected_outputs(blocks)

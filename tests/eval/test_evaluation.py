@@ -178,3 +178,116 @@ def test_runs_with_different_planned_counts_are_paired_on_their_common_prefix():
     assert comparability(runs) == {}
     runs.loc[3, "eval_first_seed"] = 2e6
     assert "evaluation reset seeds differ" in comparability(runs)["T"][0]
+
+
+# --- Sampled evaluation drawn from the seeded generators -------------------------------------
+
+
+class _OwnStream:
+    """Uniformly random actions from a generator of its own, seeded once at construction and
+    never by the harness: its sampled evaluation depends on how often it was called before."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+        self.calls = 0
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> int:
+        self.calls += 1
+        return 3 if deterministic else int(self.rng.integers(4))
+
+
+class _SeededStream(_OwnStream):
+    """The same policy, its generator restarted by the harness before each episode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seeds: list[int] = []
+
+    def seed_evaluation(self, seed: int) -> None:
+        self.seeds.append(seed)
+        self.rng = np.random.default_rng(seed)
+
+
+class _GlobalStream(_OwnStream):
+    """Draws from numpy's global generator, which the harness seeds per episode."""
+
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> int:
+        self.calls += 1
+        return 3 if deterministic else int(np.random.randint(4))
+
+
+class _BatchOwnStream:
+    """``act_batch`` that ignores the episodes' draws and samples from its own generator."""
+
+    def __init__(self) -> None:
+        self.rng = np.random.default_rng(0)
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        return np.full(len(obs), 3) if deterministic else self.rng.integers(4, size=len(obs))
+
+
+class _BatchFromDraws(_BatchOwnStream):
+    """``act_batch`` that picks each action from its row of draws (inverse transform)."""
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        return np.full(len(obs), 3) if deterministic else categorical_from_uniform(np.full((len(obs), 4), 0.25), uniforms)
+
+
+def _evaluate_recording(agent, n: int = 20, first_seed: int | None = None):
+    import warnings
+
+    from constrained_grpo.eval.evaluation import EVAL_SEED, UnseededEvaluationWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results, protocol = evaluate_agent(agent, "Grid/HazardFuel3x3-v0", n,
+                                           first_seed=EVAL_SEED if first_seed is None else first_seed, batched=False)
+    unseeded = [w for w in caught if issubclass(w.category, UnseededEvaluationWarning)]
+    return results, protocol, unseeded
+
+
+@pytest.mark.parametrize(("agent", "warns", "sampler"), [
+    (_OwnStream, True, "unseeded"),
+    (_SeededStream, False, "episode-generator"),
+    (_GlobalStream, False, "episode-generator"),
+    (_BatchOwnStream, True, "unseeded"),
+    (_BatchFromDraws, False, "episode-uniforms"),
+])
+def test_an_agent_that_ignores_the_seeded_generator_is_warned_about_once(agent, warns: bool, sampler: str):
+    results, protocol, unseeded = _evaluate_recording(agent())
+    assert len(unseeded) == int(warns), [str(w.message) for w in unseeded]
+    assert protocol.sampler == sampler
+    if warns:
+        message = str(unseeded[0].message)
+        assert message.startswith(agent.__name__)
+        if agent is _OwnStream:
+            assert "has no seed_evaluation(seed)" in message
+            assert "Implement seed_evaluation(seed)" in message and "draw the sampled actions from the generator it seeds" in message
+        else:
+            assert "uniforms" in message
+    assert len(results["sampled"].lengths) == 20
+
+
+def test_seed_evaluation_is_called_per_episode_so_episodes_do_not_depend_on_their_neighbours():
+    """Episode i is a function of its reset seed ``first_seed + i``: seed_evaluation gets
+    ``episode_seed(first_seed + i)`` at its start, the episodes of an evaluation started five
+    seeds later are the first one's from its sixth on, and a replay gives the same bytes; the
+    check costs ``2 * REPLAY_STEPS`` calls of ``act`` beside them."""
+    from constrained_grpo.eval.evaluation import EVAL_SEED, REPLAY_STEPS
+    from constrained_grpo.sampling import episode_seed
+
+    agent = _SeededStream()
+    first, _, _ = _evaluate_recording(agent, 20)
+    assert agent.calls == 2 * REPLAY_STEPS + sum(int(r.lengths.sum()) for r in first.values())
+    per_episode = [episode_seed(EVAL_SEED + i) for i in range(20)]
+    assert agent.seeds[-40:] == per_episode * 2  # sampled, then greedy, after the check's replays
+    # A hash of the reset seed, not the seed: gymnasium seeds an env's np_random as
+    # default_rng(reset_seed) does, and an agent's generator must not replay the env's draws.
+    assert all(s != EVAL_SEED + i for i, s in enumerate(per_episode)) and len(set(per_episode)) == 20
+    later, _, _ = _evaluate_recording(_SeededStream(), 15, first_seed=EVAL_SEED + 5)
+    again, _, _ = _evaluate_recording(_SeededStream(), 20)
+    sampled = first["sampled"]
+    assert len(np.unique(sampled.lengths)) > 1  # it does sample
+    assert np.array_equal(later["sampled"].lengths, sampled.lengths[5:])
+    assert np.array_equal(later["sampled"].returns, sampled.returns[5:])
+    assert _same(again["sampled"], sampled)
