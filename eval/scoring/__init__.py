@@ -4,7 +4,7 @@
 * :mod:`.verdict`: the constraint verdict (exact bounds for indicator costs), the
   constraint-aware score and the evaluation-size rule;
 * :mod:`.metrics`, :mod:`.stability`, :mod:`.stats`: return, satisfaction and score per
-  run; multiplier stability; IQM, paired permutation tests, intervals;
+  run; multiplier stability; IQM, exact permutation tests, intervals;
 * :mod:`.leaderboard`, :mod:`.explain`, :mod:`.plots`, :mod:`.colors`: the Markdown/HTML/CSV
   board, why a row ranks where it does, PNG figures.
 

@@ -17,9 +17,10 @@ Rules (docs/benchmark.md, "Ranking"):
   otherwise, so that no run over the tolerance outscores one within it. Ranks, aggregates
   and P(X > Y) use the score.
 * **Ranks are shared unless separated.** On a task, algorithm A's rank is 1 + the number
-  of algorithms that are better than A with a 95% bootstrap interval of the difference in
-  mean score (paired by seed) that excludes 0. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
-  nothing is separated, and no interval is printed. No tie is broken by name.
+  of algorithms with a higher mean score that an exact two-sample permutation test of the
+  difference in mean score separates from A, Holm-corrected over the task's pairs at 5%
+  (:func:`shared_ranks`). With fewer than ``MIN_SEEDS_FOR_CI`` seeds nothing is separated,
+  and no interval is printed. No tie is broken by name.
 * **Comparable or not ranked.** Runs of a task are ranked together only when they share
   the evaluation protocol (policies, episodes, reset seeds) and the budget (final env
   steps within a factor ``BUDGET_RATIO``); the loader already refuses runs whose limits
@@ -100,6 +101,9 @@ class Leaderboard:
         per_task: per ranked task, the algorithms' numbers in rank order.
         overall: per suite, the aggregated numbers in rank order.
         not_ranked: per task that could not be ranked, the reasons.
+        references: per task with reference policies, their numbers (as ``per_task``, unranked).
+        tasks: the metadata of every task shown.
+        tol: the feasibility tolerance the verdicts used.
     """
 
     runs: pd.DataFrame
@@ -108,6 +112,9 @@ class Leaderboard:
     overall: dict[str, pd.DataFrame] = field(default_factory=dict)
     preamble: tuple[str, ...] = ()
     not_ranked: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    references: dict[str, pd.DataFrame] = field(default_factory=dict)
+    tasks: dict[str, TaskMeta] = field(default_factory=dict)
+    tol: float = TOL
 
     @property
     def pairs(self) -> pd.DataFrame:
@@ -175,7 +182,6 @@ SEPARATION_ALPHA = 0.05
 
 def shared_ranks(
     samples: Mapping[str, np.ndarray],
-    seeds: Mapping[str, Sequence[int]] | None = None,
     *,
     reps: int = stats.PERMUTATION_REPS,
     seed: int = stats.BOOTSTRAP_SEED,
@@ -183,29 +189,28 @@ def shared_ranks(
     """Ranks of algorithms from per-seed scores (higher is better).
 
     Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a}.
-    Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with
-    :func:`~constrained_grpo.eval.scoring.stats.permutation_test` on the difference of their mean
-    scores (the statistic the table ranks by; paired by seed when both ran the same seeds,
-    exact over the 2^n swaps), and b is separated above a when mean(b) > mean(a) and the
-    Holm-adjusted p-value over the tested pairs is at most ``SEPARATION_ALPHA``: the chance
-    of any false separation among them is at most 5%. With n paired seeds the smallest p is
-    2/2^n, so m pairs can be separated at all only from n >= log2(2 m / 0.05) seeds
-    (:func:`seeds_to_separate`). ``average_rank[a]`` is the fractional rank of the mean
-    scores, exact ties sharing the average of their places (descriptive, for the suite
-    mean); ``diff[(a, b)]`` is (mean(a) - mean(b), p, Holm-adjusted p) for every ordered
-    pair that was tested.
+    Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with the two-sample
+    :func:`~constrained_grpo.eval.scoring.stats.permutation_test` of the difference of their
+    mean scores (the statistic the table ranks by; exact over the C(n + m, n) splits of
+    their runs). Unpaired: every run of a task is evaluated on the same episodes, so seed i
+    of one algorithm shares nothing with seed i of another that it does not share with seed
+    j, and pairing by seed would only cost resolution (smallest p 2/2^10 at 10 seeds against
+    2/C(20, 10)). b is separated above a when mean(b) > mean(a) and the Holm-adjusted p-value
+    over the tested pairs is at most ``SEPARATION_ALPHA``: the chance of any false separation
+    among them is at most 5%. With n seeds each the smallest p is 2/C(2n, n), so m pairs can
+    be separated at all only from the n of :func:`seeds_to_separate` (8 seeds for up to 300
+    pairs: 25 algorithms). ``average_rank[a]`` is the fractional rank of the mean scores,
+    exact ties sharing the average of their places (descriptive, for the suite mean);
+    ``diff[(a, b)]`` is (mean(a) - mean(b), p, Holm-adjusted p) for every ordered pair that
+    was tested.
     """
     algos = sorted(samples)
-    seeds = seeds or {}
-    raw: dict[tuple[str, str], tuple[float, float]] = {}
-    for i, a in enumerate(algos):
-        for b in algos[i + 1:]:
-            x, y = np.asarray(samples[a], float), np.asarray(samples[b], float)
-            if min(x.size, y.size) < stats.MIN_SEEDS_FOR_CI:
-                continue
-            paired = seeds.get(a) is not None and list(seeds.get(a, [])) == list(seeds.get(b, []))
-            raw[(a, b)] = stats.permutation_test({"t": x}, {"t": y}, paired=paired, reps=reps, seed=seed)
-    return _ranks_from_tests(algos, raw, {a: np.asarray(samples[a], float) for a in algos})
+    x = {a: np.asarray(samples[a], float) for a in algos}
+    tested = [(a, b) for i, a in enumerate(algos) for b in algos[i + 1:]
+              if min(x[a].size, x[b].size) >= stats.MIN_SEEDS_FOR_CI]
+    p = stats.two_sample_p_values([([x[a]], [x[b]]) for a, b in tested], reps=reps, seed=seed)
+    raw = {(a, b): (float(np.mean(x[a]) - np.mean(x[b])), q) for (a, b), q in zip(tested, p)}
+    return _ranks_from_tests(algos, raw, x)
 
 
 def _ranks_from_tests(
@@ -226,9 +231,13 @@ def _ranks_from_tests(
 
 
 def seeds_to_separate(pairs: int, alpha: float = SEPARATION_ALPHA) -> int:
-    """The fewest paired seeds with which the exact test can separate any of ``pairs`` pairs
-    under Holm: the smallest p, 2/2^n, must be at most alpha / pairs."""
-    return max(1, math.ceil(math.log2(2 * max(1, pairs) / alpha)))
+    """The fewest seeds per algorithm with which the exact two-sample test can separate any
+    of ``pairs`` pairs under Holm: at least ``MIN_SEEDS_FOR_CI`` (fewer are not tested), and
+    the smallest p, 2/C(2n, n), at most alpha / pairs."""
+    n = stats.MIN_SEEDS_FOR_CI
+    while 2 / math.comb(2 * n, n) > alpha / max(1, pairs):
+        n += 1
+    return n
 
 
 def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> list[dict[str, object]]:
@@ -315,18 +324,20 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
     names = meta.constraint_names
     out = []
     samples: dict[str, np.ndarray] = {}
-    seeds: dict[str, list[int]] = {}
     for algo, g in runs.groupby("algo", sort=True):
         g = g.sort_values("seed")
         n = len(g)
         samples[str(algo)] = g["score"].to_numpy(dtype=float)
-        seeds[str(algo)] = g["seed"].astype(int).tolist()
         row: dict[str, object] = {"algo": algo, "seeds": n}
         # The score's mean is what the rank test compares; the return is summarised robustly.
         for col, key, fn in (("score", "score", np.mean), ("eval_return", "return", stats.iqm)):
             x = g[col].to_numpy(dtype=float)
             row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], fn, reps=reps, seed=seed)
             row[f"{key}_same"] = bool((x == x[0]).all())
+        # The run's worst normalised violation max_k max(0, J_k - d_k)/c(d_k): mean over seeds.
+        worst = g["violation"].to_numpy(dtype=float)
+        row["worst"], row["worst_lo"], row["worst_hi"] = stats.stratified_bootstrap_ci([worst], np.mean, reps=reps, seed=seed)
+        row["worst_same"] = bool((worst == worst[0]).all())
         norm = g["eval_return_norm"].to_numpy(dtype=float)
         row["norm"] = _iqm(norm) if np.isfinite(norm).all() else math.nan
         row["feasible_seeds"] = int((g["feasibility"] == "feasible").sum())
@@ -370,7 +381,7 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         out.append(row)
     df = pd.DataFrame(out)
     if ranked:
-        rank, avg, diff = shared_ranks(samples, seeds, seed=seed)
+        rank, avg, diff = shared_ranks(samples, seed=seed)
         df["rank"] = df["algo"].map(rank)
         df["avg_rank"] = df["algo"].map(avg)
         df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
@@ -471,7 +482,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     if ranked is not None and ranked.attrs.get("pairs"):
         a = ranked.attrs
         notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
-                     "paired permutation test of the mean score difference, Holm-corrected over the task's pairs at 5% "
+                     "two-sample permutation test of the mean score difference, Holm-corrected over the task's pairs at 5% "
                      f"({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv).")
     undetermined = _undetermined_note(learner_runs, meta, tol) if learner_runs is not None else None
     if undetermined:
@@ -489,12 +500,12 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("No algorithm is shown feasible on this task: by the verdict, no seed of any ranked algorithm keeps "
                      f"every limit (each cost's one-sided 95% upper bound within d(1 + {tol:g})); the scores weigh what "
                      "the evaluation episodes cannot tell.")
-    # The paired exact test's floor; runs on different seeds are tested unpaired and may go lower.
+    # The exact two-sample test's floor: with n seeds each no p-value is below 2/C(2n, n).
     if ranked is not None and ranked.attrs.get("pairs") and not ranked.attrs.get("pairs_separated") and (
             stats.MIN_SEEDS_FOR_CI <= int(ranked["seeds"].min()) < (need := seeds_to_separate(ranked.attrs["pairs"]))):
         notes.append(f"With {int(ranked['seeds'].min())} seeds no pair of the {ranked.attrs['pairs']} can be separated: the exact "
-                     f"test's smallest p-value is 2/2^n, and Holm over {ranked.attrs['pairs']} pairs needs at least {need} "
-                     "paired seeds. Every rank is shared.")
+                     f"test's smallest p-value is 2/C(2n, n), and Holm over {ranked.attrs['pairs']} pairs needs at least {need} "
+                     "seeds per algorithm. Every rank is shared.")
     if ranked is not None and int(ranked["seeds"].min()) < stats.MIN_SEEDS_FOR_CI:
         notes.append(f"Fewer than {stats.MIN_SEEDS_FOR_CI} seeds for some algorithm: no intervals for it, and no "
                      "algorithm is separated from it (ranks shared).")
@@ -528,17 +539,17 @@ def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Se
         })
     df = pd.DataFrame(out)
     # Separation over the suite: the permutation test of the difference in pooled mean score
-    # (the statistic ranked by), paired by (task, seed) where both ran the same seeds, among
+    # (the statistic ranked by), labels permuted within each task (as on a task), among
     # algorithms that ran every task with enough seeds; Holm over the suite's pairs.
     full = [a for a in df["algo"] if len(by[a]) == len(tasks)]
-    seeds_of = {a: {t: gt.sort_values("seed")["seed"].astype(int).tolist() for t, gt in sub[sub["algo"] == a].groupby("task")}
-                for a in full}
-    raw: dict[tuple[str, str], tuple[float, float]] = {}
-    for i, a in enumerate(full):
-        for b in full[i + 1:]:
-            if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) < stats.MIN_SEEDS_FOR_CI:
-                continue
-            raw[(a, b)] = stats.permutation_test(by[a], by[b], paired=seeds_of[a] == seeds_of[b], seed=seed)
+    tested = [(a, b) for i, a in enumerate(full) for b in full[i + 1:]
+              if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) >= stats.MIN_SEEDS_FOR_CI]
+    tasks_of = {pair: sorted(set(by[pair[0]]) & set(by[pair[1]])) for pair in tested}
+    p = stats.two_sample_p_values([([by[a][t] for t in tasks_of[(a, b)]], [by[b][t] for t in tasks_of[(a, b)]])
+                                   for a, b in tested], seed=seed)
+    raw = {(a, b): (float(np.mean(np.concatenate([by[a][t] for t in tasks_of[(a, b)]]))
+                          - np.mean(np.concatenate([by[b][t] for t in tasks_of[(a, b)]]))), q)
+           for (a, b), q in zip(tested, p)}
     rank, _, diff = _ranks_from_tests(full, raw, {a: np.concatenate(list(by[a].values())) for a in full})
     df["rank"] = [rank[a] if a in full else math.nan for a in df["algo"]]
     df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
@@ -651,7 +662,7 @@ def build_leaderboard(
         "one clearly within it, and one its episodes cannot tell is neither a keeper nor a violator by its point "
         "estimate alone. Ranks, aggregates and P(X > Y) use the score.",
         "Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher and "
-        "separated from it by an exact permutation test of the mean difference (paired by seed; by task and seed in "
+        "separated from it by an exact permutation test of the mean difference (the two algorithms' runs relabelled; within each task in "
         f"the aggregates) with Holm's correction over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); "
         f"'=' marks a shared rank. With fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing "
         "is separated.",
@@ -665,6 +676,7 @@ def build_leaderboard(
     )
     sections: list[Section] = []
     per_task: dict[str, pd.DataFrame] = {}
+    ref_tables: dict[str, pd.DataFrame] = {}
     for task in sorted(runs["task"].unique()):
         meta = tasks[task]
         reasons = reasons_by_task.get(task, ())
@@ -674,6 +686,8 @@ def build_leaderboard(
             per_task[task] = df
         refs = ref_runs[ref_runs["task"] == task]
         ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False) if len(refs) else None
+        if ref_df is not None:
+            ref_tables[task] = ref_df
         sections.append(_task_section(task, df, meta, reasons, tol, ref_df, ranked))
     overall: dict[str, pd.DataFrame] = {}
     for suite in sorted(runs_ranked["suite"].unique()):
@@ -681,7 +695,8 @@ def build_leaderboard(
         sections += secs
         if df is not None:
             overall[suite] = df
-    return Leaderboard(runs, tuple(sections), per_task, overall, preamble, dict(reasons_by_task))
+    return Leaderboard(runs, tuple(sections), per_task, overall, preamble, dict(reasons_by_task), ref_tables,
+                       {t: tasks[t] for t in sorted(runs["task"].unique())}, float(tol))
 
 
 # ------------------------------------------------------------------------------- render
@@ -713,32 +728,9 @@ def render_markdown(lb: Leaderboard) -> str:
     return "\n".join(lines)
 
 
-_CSS = (
-    # Readable at 1,280 px: headers and long cells (intervals, lists) wrap, in a smaller font;
-    # a table still wider than the window scrolls inside its own box, rank and algo kept in view.
-    "body{font-family:system-ui,sans-serif;margin:1.5em;max-width:100%;font-size:15px;line-height:1.4}"
-    "p,dl{max-width:60em}"
-    ".wrap{overflow-x:auto;max-width:100%;margin:0.5em 0 1.5em}"
-    "table{border-collapse:separate;border-spacing:0;font-size:13px}"
-    "th,td{border:1px solid #ccc;border-width:0 1px 1px 0;padding:0.2em 0.4em;text-align:right}"
-    "td{min-width:3em}td:nth-child(2){white-space:nowrap}td:last-child{min-width:9em}"
-    "tr>:first-child{border-left-width:1px}thead th{border-top-width:1px}"
-    "th{background:#f3f3f3;white-space:normal;vertical-align:bottom;min-width:3.5em;max-width:7.5em;"
-    "overflow-wrap:break-word;font-weight:600}"
-    "td:nth-child(2){text-align:left}"
-    "th:nth-child(1),td:nth-child(1){position:sticky;left:0;z-index:1;min-width:2.6em;max-width:2.6em}"
-    "th:nth-child(2),td:nth-child(2){position:sticky;left:3.4em;z-index:1;box-shadow:2px 0 2px -1px #bbb}"
-    "td:nth-child(1),td:nth-child(2){background:#fff}thead th:nth-child(-n+2){background:#f3f3f3;z-index:2}"
-    "tr.infeasible td{color:#777}tr.infeasible td:nth-child(-n+2){background:#fafafa}"
-    "dl.glossary{display:grid;grid-template-columns:max-content 1fr;gap:0.2em 1em;font-size:14px}"
-    "dl.glossary dt{font-weight:600}dl.glossary dd{margin:0}"
-    "figure{margin:0.5em 0 1.5em}figure img{max-width:100%;height:auto;border:1px solid #ddd}"
-    "figcaption{font-size:13px;color:#555}"
-)
-
 #: What each column means (a column named per constraint is matched by its prefix).
 _GLOSSARY: tuple[tuple[str, str], ...] = (
-    ("rank", "1 + the number of algorithms whose mean score is higher and separated by an exact paired "
+    ("rank", "1 + the number of algorithms whose mean score is higher and separated by an exact two-sample "
      "permutation test, Holm-corrected over the pairs at 5%; '=' marks a shared rank"),
     ("algo", "the algorithm (cgrpo algos lists them)"),
     ("seeds", "runs (seeds) of the algorithm on the task"),
@@ -798,42 +790,13 @@ def _unbroken_groups(cell: str) -> str:
 
 
 def render_html(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
-    """The leaderboard as one static HTML page (no scripts, no external files but ``figures``):
-    a table per section, a glossary of the columns, and the ``figures`` (paths relative to
-    the page, e.g. ``plots/<task>_curves.png``) embedded after the tables."""
-    out = ["<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">",
-           "<title>constrained-grpo leaderboard</title>", f"<style>{_CSS}</style></head><body>",
-           "<h1>constrained-grpo leaderboard</h1>"]
-    out += [f"<p>{html.escape(p)}</p>" for p in lb.preamble]
-    headers: list[str] = []
-    for s in lb.sections:
-        out.append(f"<h2>{html.escape(s.title)}</h2>")
-        out += [f"<p>{html.escape(n)}</p>" for n in s.notes]
-        if not s.header:
-            continue
-        headers += [h for h in s.header if h not in headers]
-        out.append("<div class=\"wrap\"><table><thead><tr>"
-                   + "".join(f"<th>{html.escape(h)}</th>" for h in s.header) + "</tr></thead><tbody>")
-        cols = [s.header.index(h) for h in ("feasible seeds", "undetermined seeds") if h in s.header]
-        for row in s.rows:
-            # Grey only where every seed breaks a limit: none feasible and none undetermined.
-            cls = ' class="infeasible"' if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
-            out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_unbroken_groups(c))}</td>" for c in row) + "</tr>")
-        out.append("</tbody></table></div>")
-    entries = _glossary(headers)
-    if entries:
-        out.append("<h2>Columns</h2><dl class=\"glossary\">")
-        out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in entries]
-        out.append("</dl>")
-    if figures:
-        out.append("<h2>Figures</h2>")
-        for f in figures:
-            src = html.escape(str(f), quote=True)
-            out.append(f"<figure><a href=\"{src}\"><img src=\"{src}\" alt=\"{src}\" loading=\"lazy\"></a>"
-                       f"<figcaption>{html.escape(str(f))}</figcaption></figure>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    """The leaderboard as one static HTML page (``constrained_grpo.eval.scoring.page``): per
+    task its verdict, a figure and a compact table first, the full tables, formulas and
+    glossary one click away; ``figures`` (paths relative to the page, e.g.
+    ``plots/<task>_curves.png``) linked at the end."""
+    from constrained_grpo.eval.scoring.page import render_page
+
+    return render_page(lb, figures)
 
 
 def _rounded_csv(df: pd.DataFrame) -> str:

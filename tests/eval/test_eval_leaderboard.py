@@ -53,10 +53,11 @@ def test_ranking_is_return_subject_to_satisfaction():
     # return 0.6175; "safe" (J = 0.1, se 0.1) keeps d(1 + tol) = 0.11 with probability about
     # 0.54, so its 0.7675 is blended with its violations; "almost" and "greedy" lower still.
     assert list(ranked["algo"]) == ["safer", "safe", "almost", "greedy"]
-    # Eight paired seeds, constant differences: p = 2/256 for each of the 6 pairs, Holm's
-    # largest multiplier 6 gives 0.047 <= 0.05: every pair is separated.
+    # Eight seeds each, every seed of one algorithm above every seed of the other: of the
+    # C(16, 8) = 12,870 splits only the observed one and its mirror are as extreme, p =
+    # 2/12,870 for each of the 6 pairs, times Holm's 6 at most: every pair is separated.
     assert list(ranked["rank"]) == [1, 2, 3, 4]
-    assert set(lb.pairs.loc[lb.pairs["scope"] == META.task, "p"]) == {2 / 256}
+    assert set(lb.pairs.loc[lb.pairs["scope"] == META.task, "p"]) == {2 / 12_870}
     assert list(ranked["verdict"]) == ["yes", "uncertain", "uncertain", "no"]
     assert list(ranked["feasible_seeds"]) == [8, 0, 0, 0]
     assert list(ranked["undetermined_seeds"]) == [0, 8, 8, 0]
@@ -69,13 +70,18 @@ def test_ranking_is_return_subject_to_satisfaction():
     md = render_markdown(lb)
     assert "| 1 | safer | 8 | 8/8 | 0/8 | 1.00 |" in md and "probability of improvement" in md
     assert "<td>safer</td>" in render_html(lb)
-    # With 5 seeds the smallest two-sided p of the exact test is 2/32 > 0.05: no pair can be
-    # separated, and every algorithm shares rank 1.
+    # With 5 seeds each the smallest p is 2/C(10, 5) = 2/252, times Holm's 6 = 0.048: still
+    # every pair of these four is separated ...
     five_lb = build_leaderboard(table[table["seed"] < 5], {META.task: META}, reps=200)
+    assert list(five_lb.per_task[META.task]["rank"]) == [1, 2, 3, 4]
+    # ... but not among five algorithms: 10 pairs need 2/C(2n, n) <= 0.005, n >= 6. Every
+    # algorithm shares rank 1, and the page says so.
+    five = table_of({"greedy": (1.9, 0.5, None), "safe": (1.5, 0.1, None), "safer": (1.2, 0.0, None),
+                     "almost": (1.8, 0.2, None), "other": (1.0, 0.0, None)}, seeds=5)
+    five_lb = build_leaderboard(five, {META.task: META}, reps=200)
     assert set(five_lb.per_task[META.task]["rank"]) == {1}
-    # ... and the page says so: Holm over 6 pairs needs 2/2^n <= 0.05/6, n >= 8.
-    assert "With 5 seeds no pair of the 6 can be separated" in render_markdown(five_lb)
-    assert "needs at least 8 paired seeds" in render_markdown(five_lb)
+    assert "With 5 seeds no pair of the 10 can be separated" in render_markdown(five_lb)
+    assert "needs at least 6 seeds per algorithm" in render_markdown(five_lb)
     assert "can be separated" not in md  # eight seeds separate every pair
 
 

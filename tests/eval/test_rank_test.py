@@ -39,19 +39,34 @@ def test_holm_by_hand() -> None:
     assert np.isnan(adj["ad"])
 
 
-def test_size_of_the_rank_test_on_null_data() -> None:
-    """Two algorithms with the same skewed score distribution, 10 paired seeds with a shared
-    seed effect: the test rejects at 5% at most 5% of the time (exact test: P(p <= 0.05) <=
-    0.05); the percentile bootstrap of the mean difference rejects more."""
+@pytest.mark.parametrize("paired", [True, False])
+def test_size_of_the_rank_test_on_null_data(paired: bool) -> None:
+    """Two algorithms with the same skewed score distribution, 10 seeds each (paired: with a
+    shared seed effect): the test rejects at 5% at most 5% of the time (exact test: P(p <=
+    0.05) <= 0.05), and not vacuously: at about its nominal rate."""
     rng = np.random.default_rng(3)
     reps, n = 2000, 10
-    seed_effect = rng.exponential(1.0, size=(reps, n))
+    seed_effect = rng.exponential(1.0, size=(reps, n)) if paired else np.zeros((reps, n))
     x = seed_effect + rng.exponential(0.5, size=(reps, n))
     y = seed_effect + rng.exponential(0.5, size=(reps, n))
-    p = np.array([stats.permutation_test({"t": a}, {"t": b})[1] for a, b in zip(x, y)])
+    if paired:
+        p = np.array([stats.permutation_test({"t": a}, {"t": b})[1] for a, b in zip(x, y)])
+    else:
+        p = np.array(stats.two_sample_p_values([([a], [b]) for a, b in zip(x, y)]))
     rate = float(np.mean(p <= 0.05))
     assert rate <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / reps), rate
-    assert rate >= 0.02  # and it is not vacuous: it does reject at about its nominal rate
+    assert rate >= 0.02, rate
+
+
+def test_power_of_the_two_sample_test() -> None:
+    """A shift of one standard deviation at 10 seeds each (normal scores): the exact test at
+    5% rejects with probability about 0.56 (the t-test's power at this size), by simulation."""
+    rng = np.random.default_rng(8)
+    reps = 600
+    x = rng.standard_normal((reps, 10)) + 1.0
+    y = rng.standard_normal((reps, 10))
+    power = float(np.mean(np.array(stats.two_sample_p_values([([a], [b]) for a, b in zip(x, y)])) <= 0.05))
+    assert 0.45 <= power <= 0.68, power
 
 
 def test_power_on_a_consistent_difference() -> None:
@@ -69,8 +84,9 @@ def test_a_one_seed_outlier_does_not_outrank_a_nine_of_ten_winner() -> None:
     b = np.full(10, 7.0)                # ahead on 9 of 10 paired seeds
     t, p = stats.permutation_test({"t": a}, {"t": b})
     assert t == pytest.approx(58.4) and p == 1.0   # every relabelling is as extreme: no evidence either way
-    rank, _, _ = shared_ranks({"a": a, "b": b}, {"a": list(range(10)), "b": list(range(10))})
-    assert rank == {"a": 1, "b": 1}
+    rank, _, diff = shared_ranks({"a": a, "b": b})
+    # Unpaired, the split that puts the 600 with b is as extreme the other way: p >= 1/2.
+    assert rank == {"a": 1, "b": 1} and diff[("a", "b")][1] > 0.5
 
 
 def test_near_identical_policies_share_a_rank() -> None:
@@ -78,21 +94,57 @@ def test_near_identical_policies_share_a_rank() -> None:
     rng = np.random.default_rng(5)
     base = rng.normal(0.2, 0.05, size=10)
     samples = {k: base + rng.normal(0, 0.006, size=10) for k in ("a", "b", "c")}
-    rank, _, diff = shared_ranks(samples, {k: list(range(10)) for k in samples})
+    rank, _, diff = shared_ranks(samples)
     assert set(rank.values()) == {1} and all(q > 0.05 for _, _, q in diff.values())
 
 
 def test_seeds_needed_to_separate_pairs() -> None:
-    # 2 / 2^n <= 0.05 / m: n >= log2(40 m).
-    assert [seeds_to_separate(m) for m in (1, 3, 15, 21, 136)] == [6, 7, 10, 10, 13]
-    assert 2 / 2**10 <= 0.05 / 21 and 2 / 2**9 > 0.05 / 15
+    # 2 / C(2n, n) <= 0.05 / m: C(2n, n) >= 40 m; C(2n, n) = 2, 6, 20, 70, 252, 924, 3432, 12870,
+    # 48620; and pairs are tested from 5 seeds each.
+    assert [seeds_to_separate(m) for m in (1, 3, 15, 21, 136, 300, 1000)] == [5, 5, 6, 6, 8, 8, 9]
+    assert 40 * 300 <= 12_870 and 40 * 136 > 3_432 and 40 * 3 > 70
+
+
+def test_exact_two_sample_p_values_by_hand() -> None:
+    # 3 against 3: of the C(6, 3) = 20 splits only the observed one and its mirror reach |T| = 1.
+    assert stats.permutation_test({"t": [1.0] * 3}, {"t": [0.0] * 3}, paired=False) == (1.0, 2 / 20)
+    # (2, 0, 0) against (1, 0, 0): T = 1/3. A split's |T| is |S_x - S_y|/3 with S_x + S_y = 3:
+    # below 1/3 only when the sums are equal, impossible (3 is odd), so every split is as extreme.
+    assert stats.permutation_test({"t": [2.0, 0.0, 0.0]}, {"t": [1.0, 0.0, 0.0]}, paired=False)[1] == 1.0
+    # (3, 0, 0) against (1, 1, 1): T = 0; every split ties or exceeds it: p = 1.
+    assert stats.permutation_test({"t": [3.0, 0.0, 0.0]}, {"t": [1.0, 1.0, 1.0]}, paired=False) == (0.0, 1.0)
+    # (4, 3, 1) against (2, 0, 0): T = 2; |T*| = |2 S_x - 10|/3 >= 2 when S_x >= 8 or <= 2:
+    # {4, 3, 2}, {4, 3, 1} and their mirrors {1, 0, 0}, {2, 0, 0}: p = 4/20.
+    assert stats.permutation_test({"t": [4.0, 3.0, 1.0]}, {"t": [2.0, 0.0, 0.0]}, paired=False)[1] == 4 / 20
+    # Ten seeds each, all of one above all of the other: 2/C(20, 10), separable among 300 pairs.
+    assert stats.permutation_test({"t": [1.0] * 10}, {"t": [0.0] * 10}, paired=False)[1] == 2 / 184_756
+    # Two tasks: labels permuted within each task (random splits): p about 2/C(20,10)^2, drawn.
+    t, p = stats.permutation_test({"a": [1.0] * 10, "b": [3.0] * 10}, {"a": [0.0] * 10, "b": [2.0] * 10}, paired=False)
+    assert t == 1.0 and p == 1 / 20_001
+
+
+def test_the_p_value_does_not_depend_on_summation_order() -> None:
+    # Scores that differ in the last bits by the order they were summed in tie exactly.
+    x = np.array([0.1 + 0.2, 0.3, 0.3, 0.3, 0.3, 0.3])
+    y = np.array([0.3, 0.1 + 0.2, 0.3, 0.3, 0.3, 0.3])
+    assert stats.permutation_test({"t": x}, {"t": y}, paired=False)[1] == 1.0
+
+
+def test_clearly_ordered_algorithms_are_separated_at_ten_seeds() -> None:
+    # 25 algorithms (300 pairs), 10 seeds each, means 0.1 apart with sd 0.01: every pair is
+    # separated under Holm (the paired test's floor 2/1024 is above 0.05/300 and could not).
+    rng = np.random.default_rng(7)
+    samples = {f"a{i:02d}": 0.1 * i + 0.01 * rng.standard_normal(10) for i in range(25)}
+    rank, _, diff = shared_ranks(samples)
+    assert sorted(rank.values()) == list(range(1, 26))
+    assert rank["a24"] == 1 and rank["a00"] == 25
 
 
 def test_unpaired_seeds_use_a_permutation_of_labels() -> None:
-    # Different seed sets: labels permuted within the task (20,000 draws, p >= 1/20,001).
+    # Labels permuted within the task: exact over the C(16, 8) = 12,870 splits.
     t, p = stats.permutation_test({"t": [1.0] * 8}, {"t": [0.0] * 8}, paired=False)
-    assert t == 1.0 and 1 / 20_001 <= p < 0.001   # exact value 2 / C(16, 8) = 1.6e-4
-    rank, _, diff = shared_ranks({"a": np.ones(8), "b": np.zeros(8)}, {"a": list(range(8)), "b": list(range(8, 16))})
+    assert t == 1.0 and p == 2 / 12_870
+    rank, _, diff = shared_ranks({"a": np.ones(8), "b": np.zeros(8)})
     assert rank == {"a": 1, "b": 2}
 
 
