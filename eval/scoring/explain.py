@@ -30,7 +30,7 @@ from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard
 from constrained_grpo.schema import TaskMeta
 
-__all__ = ["algo_summary", "explain", "explain_sentence", "explain_task"]
+__all__ = ["algo_summary", "explain", "explain_sentence", "explain_task", "rank_groups", "task_summary"]
 
 
 def _g(x: float) -> str:
@@ -144,6 +144,35 @@ def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
     return lines
 
 
+def rank_groups(ranked: pd.DataFrame) -> str:
+    """The task's ranks as groups, each with its algorithms and their mean scores' range:
+    ``shared 1st: a, b (score 0.77 to 0.99); 3rd: c (score 0.5)``."""
+    from constrained_grpo.eval.scoring.page import ordinal
+
+    parts = []
+    for rank, g in ranked.groupby("rank", sort=True):
+        scores = g["score"].astype(float)
+        lo, hi = _g(float(scores.min())), _g(float(scores.max()))
+        span = f"score {lo}" if lo == hi else f"score {lo} to {hi}"
+        label = ("shared " if len(g) > 1 else "") + ordinal(int(rank))
+        parts.append(f"{label}: {', '.join(g['algo'].astype(str))} ({span})")
+    return "; ".join(parts)
+
+
+def task_summary(lb: Leaderboard, meta: TaskMeta) -> list[str]:
+    """Two lines before the sentences: the task's verdict (``page.task_verdict``) and its
+    ranks as separated groups, with how many pairs the test separates."""
+    from constrained_grpo.eval.scoring.page import task_verdict
+
+    ranked = lb.per_task.get(meta.task)
+    lines = [task_verdict(ranked, meta, lb.not_ranked.get(meta.task, ()))]
+    if ranked is not None and len(ranked) > 1 and ranked["rank"].notna().all():
+        a = ranked.attrs
+        lines.append(f"Ranks (each counts the algorithms the test separates above; {a.get('pairs_separated', 0)} of "
+                     f"{a.get('pairs', 0)} pairs separated, p-values in pairs.csv): {rank_groups(ranked)}.")
+    return lines
+
+
 def explain(lb: Leaderboard, tasks: Mapping[str, TaskMeta]) -> str:
     """Every task's sentences under a one-line heading (R* and the limits), as plain text."""
     out: list[str] = []
@@ -152,6 +181,7 @@ def explain(lb: Leaderboard, tasks: Mapping[str, TaskMeta]) -> str:
         limits = ", ".join(f"{c.name} <= {_g(c.limit)}" for c in meta.constraints)
         optimum = f"R* = {_g(meta.optimum_return)}; " if meta.optimum_return is not None else ""
         out.append(f"{task} ({optimum}limits {limits}):")
+        out += [f"  {line}" for line in task_summary(lb, meta)]
         out += [f"  {line}" for line in explain_task(lb, meta)]
     return "\n".join(out)
 

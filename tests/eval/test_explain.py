@@ -61,7 +61,12 @@ RUNS = pd.DataFrame([
 
 
 def _lb(order: list[str]) -> SimpleNamespace:
-    return SimpleNamespace(runs=RUNS, per_task={META.task: pd.DataFrame({"algo": order})})
+    """The leaderboard's parts that the sentences read: ranks as the test would give them
+    (the first two shared, the third separated below both), seeds within, scores."""
+    ranked = pd.DataFrame({"algo": order, "rank": [1, 1, 3][:len(order)], "seeds": 2,
+                           "feasible_seeds": [2, 1, 0][:len(order)], "score": [0.99, 0.5, -0.4][:len(order)]})
+    ranked.attrs.update(pairs=3, pairs_separated=2)
+    return SimpleNamespace(runs=RUNS, per_task={META.task: ranked}, not_ranked={})
 
 
 def test_summary_numbers() -> None:
@@ -118,8 +123,13 @@ def test_sentences_in_rank_order_then_references() -> None:
 
 def test_explain_heading_and_task_without_optimum() -> None:
     text = explain(_lb(["cgrpo", "grpo-screw", "ppo"]), {META.task: META})
-    assert text.splitlines()[0] == "Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):"
-    assert len(text.splitlines()) == 5
+    assert text.splitlines()[:3] == [
+        "Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):",
+        "  Best within both limits on every seed: cgrpo (shared 1st with grpo-screw).",
+        "  Ranks (each counts the algorithms the test separates above; 2 of 3 pairs separated, p-values in pairs.csv): "
+        "shared 1st: cgrpo, grpo-screw (score 0.5 to 0.99); 3rd: ppo (score -0.4).",
+    ]
+    assert len(text.splitlines()) == 7
     plain = TaskMeta("T", "x", (Constraint("cost", 25.0, ""),))
     summary = {"seeds": 3, "feasible": 3, "return": 12.96, "cost": {"cost": 20.0}, "over": {"cost": 0.1},
                "broken": {"cost": 0}}
@@ -131,8 +141,11 @@ def test_cli_explain_flag(toy_results: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     words = out.split("In words:\n", 1)[1].splitlines()
     assert words[0].startswith("Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):")
-    algos = sorted(line.split(":")[1].strip() for line in words[1:])
-    assert len(words) == 3 and all(line.startswith("  cgrpo_toy_agent:") for line in words[1:]), words
+    # The task's verdict and ranks, then one sentence per algorithm (2 seeds: everyone shares 1st).
+    assert words[1].startswith("  ") and ("within" in words[1] or "Best" in words[1]), words
+    assert words[2].startswith("  Ranks (") and "shared 1st: " in words[2], words
+    algos = sorted(line.split(":")[1].strip() for line in words[3:])
+    assert len(words) == 5 and all(line.startswith("  cgrpo_toy_agent:") for line in words[3:]), words
     assert len(set(algos)) == 2
 
 
