@@ -718,12 +718,14 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.check is not None:
         tasks, existing, existing_evals = None, None, None
         references: list[str] = []
-        if args.dir.is_dir():
+        if args.dir.exists():  # a results folder or a long table's CSV, as --add reads it
             try:
                 existing, tasks, existing_evals = _load(args.dir, True)
                 references = [a for a, p in _algo_properties(args.dir).items() if p.get("reference")]
-            except ResultsError:
+            except ResultsError as err:
                 tasks = None  # no usable runs: check against the registered tasks
+                print(f"warning: {args.dir} gives no board to check against ({str(err).splitlines()[0]}); checked against the "
+                      "registered tasks only", file=sys.stderr)
         try:
             # The rules of --add exactly: the clash with the results and the protocol included.
             table, _ = check_submission(args.check, tasks, existing, references, existing_evals)

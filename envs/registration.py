@@ -72,6 +72,9 @@ class Family:
             array``, whether each episode's return, length and costs are an outcome of the task
             (and ``episode_rule() -> str``, the rule in words); the loader refuses a submitted
             evaluation episode that is not.
+        code_options: constructor keywords (``key.sub`` for a key inside a dict keyword) whose
+            values name code to import or a program to start; ``cgrpo eval``/``render`` refuse
+            a run directory that sets them otherwise than the task registers them.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Family:
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     return_bounds: bool = False
     episode_check: bool = False
+    code_options: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))

@@ -3,7 +3,8 @@
 ``cgrpo eval RUN_DIR`` rebuilds the run's agent (``make_agent`` with the recorded task,
 seed and config, then ``agent.load(RUN_DIR/agent)``, Contract 2; from registered names only:
 a recorded ``module:factory`` or ``module:Task-v0`` is imported only when the command line
-names the module, ``--import MODULE``), evaluates it with
+names the module, ``--import MODULE``, and recorded ``env_kwargs`` may not set what the task's
+family marks as naming code, ``Family.code_options``), evaluates it with
 :func:`~constrained_grpo.eval.runner.evaluate_agent` (episode i from ``reset(seed=first_seed + i)``,
 sampled and greedy actions) and scores it with the same metrics as ``cgrpo train``.
 
@@ -62,7 +63,8 @@ def check_recorded_code(spec: Any, path: Path, trusted: Collection[str] = ()) ->
     """Refuse a run whose ``config.json`` names code to import: an algorithm that is not a
     registered name (a dotted path ``module:factory``) or a task id ``module:Task-v0``,
     unless the user named that module on the command line (``--import MODULE``, in
-    ``trusted``). A downloaded run directory never chooses what runs."""
+    ``trusted``), or ``env_kwargs`` that set one of the family's ``code_options``
+    (:func:`_check_code_options`). A downloaded run directory never chooses what runs."""
     from constrained_grpo.registry import list_agents
     from constrained_grpo.tasks import split_task_id
 
@@ -75,10 +77,52 @@ def check_recorded_code(spec: Any, path: Path, trusted: Collection[str] = ()) ->
                 f"{where}: algorithm {algo!r} is not a registered name, and rebuilding it would import "
                 f"{module or algo!r} as the run directory says; if you trust that code, add --import {module or algo}"
             )
-    task_module, _ = split_task_id(str(spec.task))
+    task_module, task = split_task_id(str(spec.task))
     if task_module is not None and task_module not in trusted:
         raise RenderError(f"{where}: task {spec.task!r} would import {task_module!r} as the run directory says; "
                           f"if you trust that code, add --import {task_module}")
+    _check_code_options(spec, task, where, trusted)
+
+
+_UNSET = object()
+
+
+def _option(tree: Any, dotted: str) -> Any:
+    """``tree[a][b]`` for ``"a.b"``; :data:`_UNSET` where a key is absent."""
+    for part in dotted.split("."):
+        if not isinstance(tree, Mapping) or part not in tree:
+            return _UNSET
+        tree = tree[part]
+    return tree
+
+
+def _check_code_options(spec: Any, task: str, where: Path, trusted: Collection[str]) -> None:
+    """Refuse recorded ``env_kwargs`` that set a keyword the task's family marks as naming
+    code or a program (``Family.code_options``: the Safety worker's interpreter and maker,
+    highway-env's traffic class) to a value other than the task's registered one; a value
+    ``module:attr`` or ``module.attr`` passes when ``trusted`` holds its module."""
+    from constrained_grpo.tasks import task_info
+
+    env_kwargs = spec.config.get("env_kwargs") if isinstance(spec.config, Mapping) else None
+    if not isinstance(env_kwargs, Mapping):
+        return
+    try:
+        info = task_info(task)
+    except Exception:  # an unknown task fails later, with its own message
+        return
+    for key in info.family.code_options:
+        value, registered = _option(env_kwargs, key), _option(info.kwargs, key)
+        if value is _UNSET or value == registered:
+            continue
+        text = str(value)
+        module = text.partition(":")[0] if ":" in text else text.rpartition(".")[0]
+        if isinstance(value, str) and module and module in trusted:
+            continue
+        named = isinstance(value, str) and all(part.isidentifier() for part in module.split("."))
+        hint = f"add --import {module}" if named else f"remove env_kwargs.{key} from it"
+        raise RenderError(f"{where}: env_kwargs.{key} = {text[:80]!r} names code or a program to run (the task's own: "
+                          f"{registered if registered is not _UNSET else 'unset'}), as the run directory says; "
+                          f"if you trust it, {hint}")
 
 
 def load_saved_agent(run_dir: str | Path, trusted: Collection[str] = ()) -> Any:
@@ -91,13 +135,24 @@ def load_saved_agent(run_dir: str | Path, trusted: Collection[str] = ()) -> Any:
     check_recorded_code(spec, path, trusted)
     saved = path / storage.AGENT_DIR
     if not saved.is_dir():
-        rerun = dataclasses.replace(spec, save_agent=True).command(path.parents[3])
+        # The results root: path is ROOT/<task's parts>/<algo>/seed_<n> (a copy elsewhere: its parent).
+        depth = len([p for p in str(spec.task).split("/") if p]) + 1
+        root = path.parents[depth] if len(path.parents) > depth else path.parent
+        rerun = dataclasses.replace(spec, save_agent=True).command(root)
         raise RenderError(f"{path} has no saved agent ({storage.AGENT_DIR}/): the run was made with --no-save; "
                           f"rerun it saving the agent: {rerun} --force")
-    agent = make_agent(spec.algo, spec.task, seed=spec.seed, **dict(spec.config))
+    try:
+        agent = make_agent(spec.algo, spec.task, seed=spec.seed, **dict(spec.config))
+    except TypeError as err:  # an env or agent option the code does not take
+        raise RenderError(f"{path / storage.CONFIG_FILE}: its settings do not build {spec.algo} on {spec.task} "
+                          f"({str(err)[:200]}); give a run directory written by cgrpo") from None
     if not callable(getattr(agent, "load", None)):
         raise RenderError(f"{spec.algo} has no load(path) (Contract 2): its saved agent cannot be read back")
-    loaded = agent.load(saved)
+    try:
+        loaded = agent.load(saved)
+    except Exception as err:  # noqa: BLE001 - whatever the saved files hold, one line naming them
+        raise RenderError(f"{saved}: the saved agent cannot be read back ({type(err).__name__}: {str(err)[:200]}); "
+                          "rerun the run saving the agent") from None
     return agent if loaded is None else loaded
 
 

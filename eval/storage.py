@@ -115,8 +115,9 @@ def read_json(path: Path) -> Any:
     """Parse a JSON file; raise ``ValueError`` naming the file when it is not JSON."""
     try:
         return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path} is not valid JSON ({err}); delete the run directory and rerun it") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        why = err if isinstance(err, json.JSONDecodeError) else type(err).__name__  # 200,000 '[' nest too deep
+        raise ValueError(f"{path} is not valid JSON ({why}); delete the run directory and rerun it") from None
 
 
 def _cell(value: Any) -> Any:

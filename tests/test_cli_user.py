@@ -230,6 +230,67 @@ def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Pat
     assert not (tmp_path / "EXECUTED").exists() and not (tmp_path / "CALLED").exists()
 
 
+_PAYLOAD = ("from pathlib import Path\nPath(__file__).with_name('EXECUTED').write_text('x')\n"
+            "class Evil:\n    pass\n")
+
+
+def _crafted_config(config: dict, task: str = TASK) -> dict:
+    """A run's config.json as a downloaded run directory may hold it: ppo-lag with ``config``."""
+    return {"schema": 1, "run": {"task": task, "algo": "ppo-lag", "seed": 0, "steps": 1000, "eval_episodes": 10,
+                                 "config": config, "save_agent": True}}
+
+
+@pytest.mark.parametrize(("task", "env_kwargs", "reason"), [
+    # The Safety worker's interpreter and maker: a shell command run by `cgrpo eval` before this check.
+    ("Safety/PointGoal1-v0", {"python": sys.executable, "maker": "os:system", "legacy_id": "touch PWNED"},
+     r"env_kwargs\.python = .* names code or a program to run .*; if you trust it, remove env_kwargs\.python"),
+    # highway-env imports the traffic class that config names.
+    ("Highway/Highway-v0", {"config": {"other_vehicles_type": "payload.Evil"}},
+     r"env_kwargs\.config\.other_vehicles_type = 'payload\.Evil' names code .*; if you trust it, add --import payload"),
+    # 200,000 nested brackets: one line, not a RecursionError traceback.
+    (None, None, r"config\.json is not valid JSON \(RecursionError\)"),
+])
+def test_eval_and_render_refuse_recorded_options_that_run_code(tmp_path: Path, task, env_kwargs, reason: str):
+    """A downloaded run's env_kwargs reached the env: a Safety task's recorded interpreter and
+    maker ran a shell command, a highway config imported a module; nothing is trained here
+    (the run is refused before its agent is built)."""
+    (tmp_path / "payload.py").write_text(_PAYLOAD)
+    run = tmp_path / "download" / "seed_0"
+    (run / "agent").mkdir(parents=True)
+    (run / "done.json").write_text("{}")
+    if task is None:
+        (run / "config.json").write_text("[" * 200_000)
+    else:
+        (run / "config.json").write_text(json.dumps(_crafted_config({"env_kwargs": env_kwargs}, task)))
+    for verb in (("eval", str(run)), ("render", str(run), "--out", str(tmp_path / "x.gif"))):
+        r = cgrpo(*verb, cwd=tmp_path)
+        assert r.returncode == 2 and re.search(reason, r.stderr), (verb, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "EXECUTED").exists() and not (tmp_path / "PWNED").exists()
+
+
+@pytest.mark.parametrize(("damage", "reason"), [
+    (lambda run: (run / "config.json").write_text(json.dumps(_crafted_config({"env_kwargs": {"bogus": 1}}))),
+     r"config\.json: its settings do not build ppo-lag on Grid/HazardFuel3x3-v0 \(unknown gridworld option"),
+    (lambda run: None, r"agent: the saved agent cannot be read back \(FileNotFoundError"),
+    (lambda run: (run / "agent").rmdir(), r"has no saved agent \(agent/\): .*rerun it saving the agent: cgrpo train"),
+])
+def test_eval_and_render_answer_a_damaged_run_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], damage, reason):
+    """An unknown env option, an empty agent/ folder, a run copied outside its results tree:
+    TypeError, FileNotFoundError and IndexError tracebacks before."""
+    from constrained_grpo.cli import main
+
+    run = tmp_path / "seed_0"
+    (run / "agent").mkdir(parents=True)
+    (run / "done.json").write_text("{}")
+    (run / "config.json").write_text(json.dumps(_crafted_config({})))
+    damage(run)
+    for verb in (["eval", str(run)], ["render", str(run), "--out", str(tmp_path / "x.gif")]):
+        assert main(verb) == 2
+        err = capsys.readouterr().err.strip()
+        assert re.search(reason, err) and len(err.splitlines()) == 1, err
+
+
 _FIXED_ANSWER = '''
 import json
 from pathlib import Path

@@ -27,8 +27,10 @@ _BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
 #: simulator (1,000 episodes of both policies in about 5 s), so the plan runs to 20,000 like
 #: the gridworld's (10,175 episodes certify a collision rate at its limit 0.1 with 95% power);
 #: the other scenarios step highway-env one episode at a time. The safe driver reads the
-#: straight highway's observation only, so only those tasks run it.
-HIGHWAY = Family("highway", EvalPlan(power=0.95, cap=20_000, pilot=1_000), references=("ref-random",), extra="highway")
+#: straight highway's observation only, so only those tasks run it. highway-env imports the
+#: traffic's class from ``config["other_vehicles_type"]`` (``code_options``).
+HIGHWAY = Family("highway", EvalPlan(power=0.95, cap=20_000, pilot=1_000), references=("ref-random",), extra="highway",
+                 code_options=("config.other_vehicles_type",))
 _STRAIGHT_REFERENCES = ("ref-random", "ref-safe-driver")
 
 

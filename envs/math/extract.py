@@ -20,9 +20,13 @@ and not part of the reward) tries, in order, and takes the first that yields a n
 4. the last number literal anywhere in the text.
 
 In rules 1-3 the number must stand alone: an operator, a digit or a bracket after it
-(``#### 9^2``, ``#### 9 + 1``, ``#### 9!``, ``#### 9^9^9^9``, ``\\boxed{3 * 4}``) makes the
+(``#### 9^2``, ``#### 9 + 1``, ``#### 9!``, ``#### 9^9^9^9``, ``\\boxed{3 * 4}``), an operator
+word (``#### 9 plus 1``, ``9 squared``, ``9 x 9``, ``9 times 2``, ``9 to the power 2``, ``9 mod
+2``, ``9 over 10``) or a comma or colon before a digit (``#### 9,5``, ``#### 9:30``) makes the
 text an expression, which is read as no answer (the chain stops: not its first number,
-nor a later rule's).
+nor a later rule's). In rules 1 and 2 the rest of the ``####`` line, or of the box, holds
+no other digit at all (``#### 9 apples and 2 pears`` is no answer); words and units may
+follow the number (``#### 42 apples``, ``#### 12 dollars.``).
 
 Number literals: integers, decimals, thousands separators (``1,234,567``), a sign
 (``-``, ``+``, U+2212), fractions ``a/b`` and ``\\frac{a}{b}`` (exact, as
@@ -274,22 +278,28 @@ def _leading_number(text: str) -> tuple[Fraction | None, str]:
     return _leading_words(s)
 
 
-# After a final answer's number only units or words may follow: an operator, another digit
-# or a bracket makes the line an expression ("#### 9^2", "#### 9 + 1", "#### 9!"), which is
+# After a final answer's number only units or words may follow: an operator (a sign or an
+# operator word), another digit, a bracket, or a comma or colon before a digit makes the line
+# an expression ("#### 9^2", "#### 9 + 1", "#### 9!", "#### 9 plus 1", "#### 9,5"), which is
 # no answer (not its first number).
-_EXPRESSION_TAIL = re.compile(r"[ \t]*(?:[\^*\u00d7\u00b7+\-/!=(\[{<>]|[0-9]|\.[0-9])")
+_EXPRESSION_TAIL = re.compile(
+    r"[ \t]*(?:[\^*\u00d7\u00b7+\-/!=(\[{<>]|[0-9]|[.,:][ \t]*[0-9]"
+    r"|(?:plus|minus|times|x|multiplied|divided|over|squared|cubed|to[ \t]+the|raised|mod|modulo|factorial)\b)",
+    re.IGNORECASE,
+)
 
 
-def _answer_alone(content: str) -> tuple[Fraction | None, str, bool]:
+def _answer_alone(content: str, digits_after: bool = True) -> tuple[Fraction | None, str, bool]:
     """``(value, literal, expression)``: the number at the start of ``content`` when the rest
-    is no expression (units and words may follow it); ``expression`` when a number starts
-    an expression (then no value: the answer is not a number)."""
+    is no expression (units and words may follow it; with ``digits_after`` False, no other
+    digit anywhere in the rest); ``expression`` when a number starts an expression (then no
+    value: the answer is not a number)."""
     value, literal = _leading_number(content)
     if value is None:
         return None, "", False
     start = content.find(literal)
     rest = content[start + len(literal):] if start >= 0 else ""
-    if _EXPRESSION_TAIL.match(rest):
+    if _EXPRESSION_TAIL.match(rest) or (not digits_after and _DIGIT.search(rest) is not None):
         return None, "", True
     return value, literal, False
 
@@ -359,7 +369,7 @@ def _find_answer(text: str) -> Answer:
             value = _from_match(lit) if lit is not None else None
             if value is not None:
                 return Answer(value, "hash", m.group("lit"))
-        value, literal, expression = _answer_alone(_line_after(text, end))
+        value, literal, expression = _answer_alone(_line_after(text, end), digits_after=False)
         if value is not None:
             return Answer(value, "hash_lenient", literal)
         if expression:  # a final answer that is an expression is no answer: the chain stops
@@ -370,7 +380,7 @@ def _find_answer(text: str) -> Answer:
         pass
     if last_box is not None:
         content = _boxed_content(text, last_box.end())
-        value, literal, expression = _answer_alone(content)
+        value, literal, expression = _answer_alone(content, digits_after=False)
         if value is not None:
             return Answer(value, "boxed", literal)
         if expression:

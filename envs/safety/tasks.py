@@ -12,8 +12,10 @@ __all__ = ["SAFETY", "SAFETY_TASKS", "SAFETY_MAKER"]
 
 #: The Safety-Gymnasium family's facts: episodes of 1,000 steps through a worker process in
 #: a second Python, so evaluation is 20 episodes per policy (the costs are cumulative: the
-#: t bound needs no minimum). The envs need ``make safety``, not a pip extra.
-SAFETY = Family("safety", EvalPlan(power=0.95, cap=20, pilot=20))
+#: t bound needs no minimum). The envs need ``make safety``, not a pip extra. The worker's
+#: interpreter, import path, maker and legacy id name code to run (``code_options``).
+SAFETY = Family("safety", EvalPlan(power=0.95, cap=20, pilot=20),
+                code_options=("python", "pythonpath", "maker", "legacy_id"))
 
 _ENV = "constrained_grpo.envs.safety.env:LegacyBridgeEnv"
 _VEC = "constrained_grpo.envs.safety.env:LegacyBridgeVectorEnv"

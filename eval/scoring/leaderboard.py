@@ -705,10 +705,16 @@ def build_leaderboard(
 _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 
 
+#: An underscore that could open or close emphasis: not between two letters or digits.
+_LOOSE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+
+
 def _md_cell(text: str) -> str:
     # Strings reaching a cell were validated by the loader; still escape what Markdown or
-    # an HTML renderer of it would read as structure: a column bar, a tag, a line break.
-    return _TAG_START.sub("&lt;", text.replace("&", "&amp;")).replace("|", "\\|").replace("\n", " ")
+    # an HTML renderer of it would read as structure: a column bar, a tag, a line break, an
+    # underscore beside punctuation (``x._y_.`` would set y in italics; ``lane_change`` stays).
+    text = _TAG_START.sub("&lt;", text.replace("&", "&amp;")).replace("|", "\\|").replace("\n", " ")
+    return _LOOSE_UNDERSCORE.sub(r"\\_", text)
 
 
 def render_markdown(lb: Leaderboard) -> str:

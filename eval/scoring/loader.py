@@ -345,6 +345,24 @@ def episode_ranges(task: str, constraints: tuple[Any, ...] | None = None) -> Epi
     return EpisodeRanges((lo, hi), costs)
 
 
+#: No measured value (a return, cost, multiplier, weight, length or clock) is this large in
+#: magnitude; a larger one is refused, so that sums over a table's rows stay finite (1e308
+#: multipliers overflowed the stability metric's sum).
+MAX_MAGNITUDE = 1e15
+
+
+def _check_magnitudes(df: pd.DataFrame, source: str) -> None:
+    """The schema's measured columns hold values of magnitude at most :data:`MAX_MAGNITUDE`."""
+    for col in [c for c in df.columns if c in ("return", "wall_s", "length") or _PATTERN_COLUMN.fullmatch(str(c))]:
+        values = np.abs(df[col].to_numpy(dtype=float))
+        bad = ~np.isnan(values) & (values > MAX_MAGNITUDE)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ResultsError(f"{source}: column {col!r} row {i} has {float(df[col].iloc[i])!r}, beyond "
+                               f"+-{MAX_MAGNITUDE:g} (no return, cost, multiplier or clock of a run is that large); "
+                               "the value is impossible")
+
+
 def _check_ranges(df: pd.DataFrame, metas: Mapping[str, TaskMeta], source: str) -> None:
     """Returns, costs and multipliers within what the task can produce (:func:`episode_ranges`).
 
@@ -409,6 +427,18 @@ def escape_markdown(text: str) -> str:
     return _MD_SPECIAL.sub(r"\\\1", clean)
 
 
+def _checked_meta(meta: TaskMeta) -> TaskMeta:
+    """``meta`` when its ids are strings and its optimum finite numbers (or absent); else
+    ``ValueError`` naming the field (a crafted ``config.json`` must not reach the metrics)."""
+    if not isinstance(meta.task, str) or not isinstance(meta.suite, str):
+        raise ValueError(f"task and suite must be strings, got {meta.task!r} and {meta.suite!r}")
+    values = [meta.optimum_return, meta.unconstrained_return, *(meta.optimal_multipliers or ())]
+    for value in values:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+            raise ValueError(f"the optimum holds {value!r}, not a finite number")
+    return meta
+
+
 def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, extra_columns: bool = False) -> tuple[pd.DataFrame, TaskMeta]:
     """One complete run directory as long-table rows, and its task's metadata.
 
@@ -429,15 +459,20 @@ def load_run(path: str | Path, *, known_algos: Collection[str] | None = None, ex
             f"{where_cfg}: schema {config.get('schema') if isinstance(config, dict) else None!r} is not "
             f"{CONFIG_SCHEMA}; it was written by another version of constrained-grpo"
         )
+    if not isinstance(done, dict):
+        raise ResultsError(f"{path / storage.DONE_FILE}: holds {json.dumps(done)[:40]}, not the JSON object cgrpo "
+                           "writes; delete the run and rerun it")
     try:
         run = config["run"]
-        meta = TaskMeta.from_dict(config["task"])
+        meta = _checked_meta(TaskMeta.from_dict(config["task"]))
         algo = _check_algo(run["algo"], where_cfg, known_algos)
         seed = int(run["seed"])
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
         if isinstance(err, ResultsError):
             raise
-        raise ResultsError(f"{where_cfg}: malformed ({type(err).__name__}: {err}); delete the run and rerun it") from None
+        raise ResultsError(f"{where_cfg}: malformed ({type(err).__name__}: {str(err)[:200]}); delete the run and rerun it") from None
+    if not 0 <= seed < _INT_LIMIT:
+        raise ResultsError(f"{where_cfg}: seed {str(seed)[:24]} is outside [0, 2^63); delete the run and rerun it")
     names = meta.constraint_names
 
     progress_path = path / storage.PROGRESS_FILE
@@ -585,7 +620,7 @@ def _check_one_experiment(runs: Sequence[Path], root: str | Path) -> None:
         try:
             run = _read_json(path / storage.CONFIG_FILE)["run"]
             key = (str(run["task"]), str(run["algo"]), int(run["seed"]))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, OverflowError):
             continue  # load_run names what is wrong with this run
         experiment = path.parents[len(storage.run_dir("", *key).parts) - 1]
         rel = experiment.relative_to(root).parts if experiment != root and root in experiment.parents else ()
@@ -746,7 +781,7 @@ def run_configs(root: str | Path) -> dict[tuple[str, str, int], dict[str, Any]]:
             cfg = _read_json(path / storage.CONFIG_FILE)
             run = cfg["run"]
             out[(str(run["task"]), str(run["algo"]), int(run["seed"]))] = cfg
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, OverflowError) as err:
             raise ResultsError(f"{path / storage.CONFIG_FILE}: malformed ({type(err).__name__}); delete the run and rerun it") from None
     return out
 
@@ -783,7 +818,8 @@ def validate_table(
     its column's form (control characters, markup, an algorithm name outside
     ``[A-Za-z0-9][A-Za-z0-9._:+-]*``), a ``suite`` other than the task's registered
     family, an integer outside [0, 2^63), and a return, cost or multiplier that the task
-    cannot produce (:func:`episode_ranges`; multipliers >= 0). No algorithm is imported.
+    cannot produce (:func:`episode_ranges`; multipliers >= 0). No algorithm is imported, nor a
+    module a task id names (``module:Task-v0`` is refused).
     """
     df = table.copy()
     missing = [c for c in REQUIRED_COLUMNS if c not in df.columns]
@@ -833,6 +869,11 @@ def validate_table(
     metas: dict[str, TaskMeta] = dict(tasks or {})
     for task in sorted(df["task"].unique()):
         if task not in metas:
+            if ":" in str(task):  # module:Task-v0 would import the module the table names
+                raise ResultsError(
+                    f"{source}: task {str(task)!r} names a module to import, and reading results imports nothing; "
+                    f"give the plain task id ({str(task).rpartition(':')[2]!r}), its module imported with --import MODULE"
+                )
             try:
                 from constrained_grpo.tasks import task_meta  # builds the env: only for tasks not given
 
@@ -908,6 +949,7 @@ def validate_table(
             raise ResultsError(f"{where}: env_steps decrease along the train iterations; they must be cumulative")
     if not math.isfinite(float(df["return"].abs().max())):
         raise ResultsError(f"{source}: column 'return' has infinite values")
+    _check_magnitudes(df, source)
     _check_ranges(df, metas, source)
     return _finish(df), metas
 

@@ -453,8 +453,12 @@ def load_record(path: str | Path, *, configs: bool = False) -> Record:
         if keys is None or cfgs is None or dones is None or not (len(keys) == len(cfgs) == len(dones) == runs):
             raise ValueError(f"{file}: its run list does not hold the {runs} runs of {where}; pack the record again")
         for key, cfg, done in zip(keys, cfgs, dones) if configs else ():
-            algo, seed = str(key).rsplit("/", 1)
-            recorded[(task, algo, int(seed))] = (json.loads(str(cfg)), json.loads(str(done)))
+            try:
+                algo, seed = str(key).rsplit("/", 1)
+                recorded[(task, algo, int(seed))] = (json.loads(str(cfg)), json.loads(str(done)))
+            except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError
+                raise ValueError(f"{file}: run {str(key)[:80]!r} has no readable config ({type(err).__name__}); "
+                                 "pack the record again") from None
         frames.append(frame)
     if not frames:
         raise ValueError(f"{where} lists no task file")

@@ -191,6 +191,11 @@ def test_integers_with_thousands_separators(n):
 @pytest.mark.parametrize("text", [
     "#### 9^2", "#### 9 + 1", "#### 9!", "#### 9^9^9^9", "#### 9 * 1", "#### 9 (nine)", "#### 9 9",
     "#### 3 + 6 = 9", "so \\boxed{3 * 4}", "The answer is 9 + 1", "The answer is 9!",
+    # The same expressions in words, a decimal comma or a time: not the number alone either.
+    "#### 9 plus 1", "#### 9 squared", "#### 9 x 9", "#### 9 times 2", "#### 9 to the power of 2", "#### 9 mod 2",
+    "#### 9 over 10", "#### nine plus one", "#### 9,5", "#### 9:30", "\\boxed{9 plus 1}", "The answer is 9 squared",
+    # After the marker or in the box, no other number may follow the answer.
+    "#### 9 apples and 2 pears", "\\boxed{9 then 10}",
 ])
 def test_an_expression_after_the_marker_is_no_answer(text: str) -> None:
     assert find_answer(text).value is None and extract_answer(text) is None
@@ -200,6 +205,8 @@ def test_an_expression_after_the_marker_is_no_answer(text: str) -> None:
 @pytest.mark.parametrize(("text", "value"), [
     ("#### 9", F(9)), ("#### 9.", F(9)), ("#### 9 apples", F(9)), ("#### forty-two apples", F(42)),
     ("#### 50%", F(50)), ("#### 12 dollars.", F(12)), ("\\boxed{12}", F(12)), ("The answer is 10.", F(10)),
+    ("#### 9 xylophones", F(9)), ("#### 1,234 apples", F(1234)),
+    ("The answer is 9 because 3 + 6 = 9.", F(9)),  # after the phrase an explanation may follow
 ])
 def test_a_number_followed_by_words_is_still_read(text: str, value: Fraction) -> None:
     assert extract_answer(text, mode="lenient") == value

@@ -308,3 +308,40 @@ def test_results_files_are_read_from_regular_files_of_bounded_size(results_copy:
     with pytest.raises(ResultsError, match=expected) as info:
         load_results(results_copy)
     assert time.perf_counter() - start < 30 and "\n" not in str(info.value)
+
+
+def _set(file: Path, keys: tuple[str, ...], value) -> None:
+    data = json.loads(file.read_text())
+    node = data
+    for key in keys[:-1]:
+        node = node[key]
+    node[keys[-1]] = value
+    file.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize(("damage", "expected"), [
+    (lambda run: (run / "done.json").write_text("[]"), r"done\.json: holds \[\], not the JSON object cgrpo writes"),
+    (lambda run: (run / "done.json").write_text("null"), r"done\.json: holds null"),
+    (lambda run: _set(run / "config.json", ("task",), "Grid/HazardFuel3x3-v0"), r"config\.json: malformed \(AttributeError"),
+    (lambda run: _set(run / "config.json", ("task", "task"), 5), r"config\.json: malformed \(ValueError: task and suite must be strings"),
+    (lambda run: _set(run / "config.json", ("task", "optimum", "constrained_return"), "1.2"),
+     r"config\.json: malformed \(ValueError: the optimum holds '1\.2', not a finite number"),
+    (lambda run: _set(run / "config.json", ("run", "seed"), 10**400), r"config\.json: seed 1{1}0+ is outside \[0, 2\^63\)"),
+    (lambda run: _set(run / "config.json", ("run", "seed"), -3), r"config\.json: seed -3 is outside \[0, 2\^63\)"),
+    (lambda run: (run / "config.json").write_text((run / "config.json").read_text().replace('"seed": 0', '"seed": Infinity')),
+     r"config\.json: malformed \(OverflowError"),
+])
+def test_any_json_content_is_a_one_line_error(results_copy: Path, damage, expected: str):
+    """done.json holding a list or null, a task section that is a string, a seed of 400
+    digits or Infinity gave AttributeError or OverflowError tracebacks."""
+    from constrained_grpo.eval.scoring.loader import algo_properties, run_configs
+
+    damage(run_path(results_copy))
+    with pytest.raises(ResultsError, match=expected) as info:
+        load_results(results_copy)
+    assert "\n" not in str(info.value)
+    algo_properties(results_copy)  # skips what it cannot read
+    try:
+        run_configs(results_copy)
+    except ResultsError as err:
+        assert "\n" not in str(err)

@@ -169,6 +169,29 @@ def test_a_task_file_that_would_unpack_to_gigabytes_is_refused_unread(packed: Pa
         load_results(dest)
 
 
+def test_a_run_config_nested_past_the_recursion_limit_is_one_line(packed: Path, tmp_path: Path) -> None:
+    """A record whose run config is 200,000 nested brackets (its checksum made to match) gave
+    a RecursionError traceback from --skip-recorded and run_configs."""
+    import hashlib
+    import io
+
+    import numpy as np
+
+    dest, task_file = _copy(packed, tmp_path)
+    with np.load(io.BytesIO(task_file.read_bytes()), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    arrays["configs"] = np.array(["[" * 200_000, *arrays["configs"][1:].tolist()])
+    blob = record._zip_bytes(arrays)
+    task_file.write_bytes(blob)
+    doc = json.loads((dest / record.MANIFEST).read_text())
+    entry = next(f for f in doc["files"] if f["file"] == task_file.name)
+    entry.update(bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest())
+    (dest / record.MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(ResultsError, match=rf"{task_file.name}: run '.*' has no readable config \(RecursionError\)") as info:
+        run_configs(dest)
+    assert "\n" not in str(info.value)
+
+
 def test_every_number_survives_its_encoding_bit_for_bit() -> None:
     """The decimal encoding (m * 10^e, exact where |m| < 2^53 and |e| <= 22) on values it
     cannot hold (signed zero, NaN, infinities, subnormals, 17-digit and tiny values) keeps

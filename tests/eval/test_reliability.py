@@ -68,6 +68,10 @@ def test_reading_results_never_imports_the_algorithm_a_run_names(results_copy: P
                           capture_output=True, text=True, timeout=300)
     assert not marker.exists(), proc.stderr
     assert "sub.payload:factory" in (tmp_path / "lb" / "leaderboard.md").read_text()
+    # ... and `cgrpo plot`, the other verb that reads a results folder.
+    proc = subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "plot", results_copy.name, "--out", str(tmp_path / "plots")],
+                          cwd=results_copy.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and not marker.exists(), proc.stderr
 
 
 # ---------------------------------------------------- points 4 and 9: impossible and injected
@@ -107,7 +111,8 @@ def _eval_rows(df: pd.DataFrame) -> pd.Series:
     return df["kind"] == "eval"
 
 
-@pytest.mark.parametrize(("edit", "reason"), [
+#: Crafted submissions refused by the pairing, copy and possible-episode rules, with the reason.
+UNPAIRED_COPIED_OR_IMPOSSIBLE = [
     # Every episode from one start, or cherry-picked starts 1000000 + 7i: not the paired protocol.
     (lambda df: df.assign(reset_seed=np.where(_eval_rows(df), 1_000_000, df["reset_seed"])),
      r"reset_seed must be first_seed \+ episode for every episode"),
@@ -130,7 +135,10 @@ def _eval_rows(df: pd.DataFrame) -> pd.Series:
     (lambda df: _eval_first(_eval_first(_eval_first(_eval_first(df, "return", 1.0), "cost_fuel", 2.0), "length", 2.0),
                             "cost_hazard", 0.0),
      r"has return 1 in 2 steps with hazard 0, fuel 2, which no episode"),
-])
+]
+
+
+@pytest.mark.parametrize(("edit", "reason"), UNPAIRED_COPIED_OR_IMPOSSIBLE)
 def test_unpaired_copied_or_impossible_submissions_are_refused(good: Path, tmp_path: Path, edit, reason: str):
     bad = _edited(good, tmp_path, edit)
     with pytest.raises(ResultsError, match=reason):
@@ -165,30 +173,37 @@ def test_the_largest_int64_seed_is_accepted(good: Path, tmp_path: Path):
     assert sorted(table["seed"].unique().tolist()) == [2**63 - 2, 2**63 - 1]
 
 
-@pytest.mark.parametrize(
-    ("edit", "reason"),
-    [
-        # The issue's submission: return 50 (R* = 1.133, unconstrained optimum 1.5), costs -100 and -1.
-        (lambda df: df.assign(**{"return": np.where(df["kind"] == "eval", 50.0, df["return"])}),
-         r"'return' row \d+ has 50.0, outside \[0, 1.5\]"),
-        (lambda df: _eval_first(df, "cost_hazard", -100.0), r"'cost_hazard' row \d+ has -100.0, outside \[0, 1\] \(costs are >= 0"),
-        (lambda df: _eval_first(df, "cost_fuel", -1.0), r"'cost_fuel' row \d+ has -1.0, outside \[0, 12\]"),
-        (lambda df: _eval_first(df, "cost_hazard", 2.0), r"indicator cost is at most 1 per episode"),
-        (lambda df: _eval_first(df, "cost_fuel", 13.0), r"outside \[0, 12\]"),
-        (lambda df: df.assign(lambda_hazard=np.where(df["lambda_hazard"].notna(), -0.5, np.nan)),
-         r"'lambda_hazard'.*multipliers .* >= 0"),
-        (lambda df: df.assign(suite="highway"), r"belongs to suite 'gridworld', but the table says 'highway'"),
-        (lambda df: df.assign(suite='<img src=x onerror=alert(1)>'), r"column 'suite' row 0 has '<img"),
-        (lambda df: df.assign(suite="gridworld\n# Fake heading"), r"control or line-break characters"),
-        (lambda df: df.assign(suite="=HYPERLINK(\"http://x\")"), r"column 'suite'"),
-        (lambda df: df.assign(algo="good\n"), r"column 'algo' row 0 has 'good\\n' \(control"),
-        (lambda df: df.assign(algo="a|b"), r"column 'algo' row 0 has 'a\|b'"),
-        (lambda df: df.assign(task="Grid/HazardFuel3x3-v0\u2028"), r"column 'task'"),
-        (lambda df: df.assign(env_steps=df["env_steps"].astype(object).where(df.index > 0, str(2**63))),
-         r"'env_steps' must hold integers in \[0, 2\^63\); row 0 has"),
-        (lambda df: df.assign(seed=str(2**64 + 5)), r"'seed' must hold integers in \[0, 2\^63\)"),
-    ],
-)
+#: Crafted submissions refused by the schema, string forms, suites, ranges and integer bounds.
+IMPOSSIBLE_OR_INJECTED = [
+    # The issue's submission: return 50 (R* = 1.133, unconstrained optimum 1.5), costs -100 and -1.
+    (lambda df: df.assign(**{"return": np.where(df["kind"] == "eval", 50.0, df["return"])}),
+     r"'return' row \d+ has 50.0, outside \[0, 1.5\]"),
+    (lambda df: _eval_first(df, "cost_hazard", -100.0), r"'cost_hazard' row \d+ has -100.0, outside \[0, 1\] \(costs are >= 0"),
+    (lambda df: _eval_first(df, "cost_fuel", -1.0), r"'cost_fuel' row \d+ has -1.0, outside \[0, 12\]"),
+    (lambda df: _eval_first(df, "cost_hazard", 2.0), r"indicator cost is at most 1 per episode"),
+    (lambda df: _eval_first(df, "cost_fuel", 13.0), r"outside \[0, 12\]"),
+    (lambda df: df.assign(lambda_hazard=np.where(df["lambda_hazard"].notna(), -0.5, np.nan)),
+     r"'lambda_hazard'.*multipliers .* >= 0"),
+    (lambda df: df.assign(suite="highway"), r"belongs to suite 'gridworld', but the table says 'highway'"),
+    (lambda df: df.assign(suite='<img src=x onerror=alert(1)>'), r"column 'suite' row 0 has '<img"),
+    (lambda df: df.assign(suite="gridworld\n# Fake heading"), r"control or line-break characters"),
+    (lambda df: df.assign(suite="=HYPERLINK(\"http://x\")"), r"column 'suite'"),
+    (lambda df: df.assign(algo="good\n"), r"column 'algo' row 0 has 'good\\n' \(control"),
+    (lambda df: df.assign(algo="a|b"), r"column 'algo' row 0 has 'a\|b'"),
+    (lambda df: df.assign(task="Grid/HazardFuel3x3-v0\u2028"), r"column 'task'"),
+    (lambda df: df.assign(env_steps=df["env_steps"].astype(object).where(df.index > 0, str(2**63))),
+     r"'env_steps' must hold integers in \[0, 2\^63\); row 0 has"),
+    (lambda df: df.assign(seed=str(2**64 + 5)), r"'seed' must hold integers in \[0, 2\^63\)"),
+
+    # Multipliers of 1e308 overflowed the stability metric's sum (a traceback from --check and --add).
+    (lambda df: df.assign(lambda_hazard=np.where(df["lambda_hazard"].notna(), 1e308, np.nan)),
+     r"column 'lambda_hazard' row \d+ has 1e\+308, beyond \+-1e\+15"),
+    # A task id naming a module: validating it imported the module (and ran it).
+    (lambda df: df.assign(task="payload:" + df["task"]), r"task 'payload:Grid/HazardFuel3x3-v0' names a module to import"),
+]
+
+
+@pytest.mark.parametrize(("edit", "reason"), IMPOSSIBLE_OR_INJECTED)
 def test_impossible_or_injected_submissions_are_refused(good: Path, tmp_path: Path, edit, reason):
     bad = _edited(good, tmp_path, edit)
     with pytest.raises(ResultsError, match=reason):
@@ -255,6 +270,63 @@ def test_check_refuses_what_add_refuses_for_the_protocol(toy_results: Path, tmp_
     assert added.returncode == 2 and re.search(reason, added.stderr), added.stderr
 
 
+def _verdicts(board: Path, sub: Path, out: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str | None, str | None]:
+    """``(--check's reason, --add's reason)`` for refusing ``sub`` against ``board``, None where
+    a verb accepts it; each message names the path exactly once."""
+    from constrained_grpo.cli import main
+
+    capsys.readouterr()
+    checked = main(["leaderboard", str(board), "--check", str(sub)])
+    said = capsys.readouterr().out.strip()
+    added = main(["leaderboard", str(board), "--add", str(sub), "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert checked in (0, 1) and added in (0, 2), (checked, said, added, err)
+    assert checked == 0 or said.count(str(sub)) == 1 and len(said.splitlines()) == 1, said
+    assert added == 0 or err.count(str(sub)) == 1 and len(err.splitlines()) == 1, err
+    return (None if checked == 0 else said.removeprefix(f"REJECTED {sub}: "),
+            None if added == 0 else err.removeprefix(f"cgrpo leaderboard: error: {sub}: "))
+
+
+def test_check_and_add_give_the_same_verdict_on_every_crafted_submission(
+        toy_results: Path, good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
+    """Every crafted submission of these tests through both verbs of the CLI: the same verdict
+    and the same one-line reason (--check used to say OK to what --add refused), and the
+    module a crafted task id names is never imported."""
+    from constrained_grpo.eval.scoring import loader
+
+    (tmp_path / "payload.py").write_text(f"import pathlib\npathlib.Path({str(tmp_path / 'EXECUTED')!r}).write_text('ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    board = load_results(toy_results).table
+    algo = sorted(board["algo"].unique())[0]
+    crafted = [(edit, reason) for edit, reason in UNPAIRED_COPIED_OR_IMPOSSIBLE + IMPOSSIBLE_OR_INJECTED] + [
+        (lambda df: df, None),  # the good submission: accepted by both
+        (lambda df: board, r"are in the results already"),  # the board's own runs
+        (lambda df: board[board["algo"] == algo].assign(seed=lambda t: t["seed"] + 100), r"name\(s\) are on the board already"),
+        (lambda df: df.assign(env_steps=df["env_steps"] * 3), r"budgets differ"),
+        (lambda df: df.assign(reset_seed=df["reset_seed"] + 7), r"evaluation reset seeds differ"),
+        (lambda df: df[(df["kind"] == "train") | (df["policy"] == "sampled")], r"evaluated policies differ"),
+    ]
+    for i, (edit, reason) in enumerate(crafted):
+        sub = _edited(good, tmp_path, edit).rename(tmp_path / f"crafted_{i}.csv")
+        check, add = _verdicts(toy_results, sub, tmp_path / "lb", capsys)
+        assert check == add, (i, check, add)
+        assert (check is None) if reason is None else re.search(reason, check or ""), (i, reason, check)
+    # The board as a long table's CSV: --check used to ignore it (and so accept the board's own runs).
+    board.to_csv(tmp_path / "board.csv", index=False)
+    for i, (edit, reason) in enumerate(crafted[-6:-3]):
+        sub = _edited(good, tmp_path, edit).rename(tmp_path / f"against_csv_{i}.csv")
+        check, add = _verdicts(tmp_path / "board.csv", sub, tmp_path / "lb", capsys)
+        assert check == add and ((check is None) if reason is None else re.search(reason, check or "")), (i, check, add)
+    # The mean-return rule alone (the per-episode check off): return 1.5 at costs 0 is above R*'s bound.
+    monkeypatch.setattr(loader, "_check_possible_episodes", lambda *args: None)
+    sub = _edited(good, tmp_path, lambda df: df.assign(**{
+        "return": np.where(_eval_rows(df), 1.5, df["return"]), "cost_hazard": np.where(_eval_rows(df), 0.0, df["cost_hazard"]),
+        "cost_fuel": np.where(_eval_rows(df), 0.0, df["cost_fuel"])}))
+    check, add = _verdicts(toy_results, sub, tmp_path / "lb", capsys)
+    assert check == add and re.search(r"mean return 1.5 .*\(exact optimum R\* = 1.2 at the limits\)", check or ""), (check, add)
+    assert not (tmp_path / "EXECUTED").exists()
+
+
 def test_escapes_for_csv_formulas_and_markdown():
     df = pd.DataFrame({"s": ["=HYPERLINK(\"x\")", "+1", "-cmd", "@SUM(A1)", "plain", "\tx"], "v": [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0]})
     out = escape_csv_formulas(df)
@@ -263,6 +335,19 @@ def test_escapes_for_csv_formulas_and_markdown():
     assert escape_markdown("a|b <img onerror=x>\n[x](y) `c` &lt;") == "a\\|b \\<img onerror=x\\> \\[x\\](y) \\`c\\` \\&lt;"
     # x._y_. would render y in italics (an underscore between punctuation and a letter opens emphasis).
     assert escape_markdown("ppo-lag_1.0") == "ppo-lag\\_1.0" and escape_markdown("x._y_.*z*") == "x.\\_y\\_.\\*z\\*"
+
+
+def test_an_underscore_in_an_algorithm_name_is_escaped_in_leaderboard_md(toy_results: Path):
+    """Issue 35, leftover: ``x._y_.`` (a valid name) renders y in italics on GitHub."""
+    from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_markdown
+
+    results = load_results(toy_results)
+    table = results.table.assign(algo=results.table["algo"].str.replace("cgrpo_toy_agent:", "x._y_.", regex=False))
+    md = render_markdown(build_leaderboard(table, results.tasks))
+    assert "x.\\_y\\_.ToyAgent" in md and "x._y_.ToyAgent" not in md
+    from constrained_grpo.eval.scoring.leaderboard import _md_cell
+
+    assert _md_cell("J lane_change (d=3) x._y_. _z") == "J lane_change (d=3) x.\\_y\\_. \\_z"  # inside a word it stays
 
 
 # ----------------------------------------------------------------- point 5: logs kept on failure
