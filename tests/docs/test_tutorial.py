@@ -22,7 +22,7 @@ string, ```text output atol=A rtol=R```: a printed value ``y`` matches when
 facts, LP optima, counts, pure arithmetic). docs/tutorial.md says how the tolerance was
 measured.
 
-The run (``test_tutorial_commands_run``) is made twice, each time in a fresh folder: under 1
+The run (``test_tutorial_commands_run``) is made twice, side by side, each in a fresh folder: under 1
 and under 2 BLAS threads (``OMP_NUM_THREADS``, which also sizes torch's intra-op pool when
 torch is imported, ``OPENBLAS_NUM_THREADS`` for numpy's and scipy's OpenBLAS,
 ``MKL_NUM_THREADS`` for torch's MKL), and both must print the shown output, ``~x`` within
@@ -360,29 +360,45 @@ def test_tutorial_links_resolve() -> None:
     )
 
 
-@pytest.mark.timeout(1800)
-@pytest.mark.parametrize("threads", THREAD_COUNTS, ids=lambda n: f"{n}-blas-threads")
-def test_tutorial_commands_run(tmp_path: Path, threads: int) -> None:
+def run_tutorial(folder: Path, threads: int) -> tuple[str | None, list[str]]:
+    """Every block of the tutorial in ``folder`` under ``threads`` BLAS threads: the first
+    failure (None when every block ran, printed its output and the files exist) and the log."""
     env = tutorial_env(threads)
-    log = []
+    log: list[str] = []
     blocks = _blocks()
     outputs = expected_outputs(blocks)
     for index, block in enumerate(blocks):
         if not (block.runs or block.file):
             continue
         start = time.perf_counter()
-        proc = run_block(block, tmp_path, env)
-        log.append(f"line {block.line} ({block.info}): rc {proc.returncode}, {time.perf_counter() - start:.1f} s")
-        assert proc.returncode == 0, (
-            f"docs/tutorial.md line {block.line} ({block.info}) exited with {proc.returncode}:\n{block.text}\n"
-            f"--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n{proc.stderr[-4000:]}"
-        )
+        proc = run_block(block, folder, env)
+        log.append(f"{threads} thread(s), line {block.line} ({block.info}): rc {proc.returncode}, "
+                   f"{time.perf_counter() - start:.1f} s")
+        if proc.returncode != 0:
+            return (f"{threads} BLAS thread(s): docs/tutorial.md line {block.line} ({block.info}) exited with "
+                    f"{proc.returncode}:\n{block.text}\n--- stdout ---\n{proc.stdout[-4000:]}\n--- stderr ---\n"
+                    f"{proc.stderr[-4000:]}"), log
         if index in outputs:
             wrong = output_mismatch(outputs[index].text, proc.stdout, outputs[index].tolerance)
-            assert wrong is None, (
-                f"docs/tutorial.md line {block.line}: its shown output (line {outputs[index].line}) says\n{wrong}\n"
-                f"which it did not print (~numbers within {outputs[index].tolerance}):\n--- stdout ---\n{proc.stdout[-4000:]}"
-            )
-    missing = [rel for rel in EXPECTED_FILES if not (tmp_path / rel).exists()]
-    assert not missing, f"the tutorial's commands did not write {missing}\n" + "\n".join(log)
-    print("\n".join(log))
+            if wrong is not None:
+                return (f"{threads} BLAS thread(s): docs/tutorial.md line {block.line}: its shown output (line "
+                        f"{outputs[index].line}) says\n{wrong}\nwhich it did not print (~numbers within "
+                        f"{outputs[index].tolerance}):\n--- stdout ---\n{proc.stdout[-4000:]}"), log
+    missing = [rel for rel in EXPECTED_FILES if not (folder / rel).exists()]
+    return (f"{threads} BLAS thread(s): the tutorial's commands did not write {missing}" if missing else None), log
+
+
+@pytest.mark.timeout(1800)
+def test_tutorial_commands_run(tmp_path: Path) -> None:
+    """The tutorial under each of ``THREAD_COUNTS``, the runs side by side (each in its own
+    folder; most blocks keep one core busy, so together they take about the time of one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folders = [tmp_path / f"threads_{n}" for n in THREAD_COUNTS]
+    for folder in folders:
+        folder.mkdir()
+    with ThreadPoolExecutor(len(THREAD_COUNTS)) as pool:
+        results = list(pool.map(run_tutorial, folders, THREAD_COUNTS))
+    print("\n".join(line for _, log in results for line in log))
+    failures = [failure for failure, _ in results if failure]
+    assert not failures, "\n\n".join(failures)
