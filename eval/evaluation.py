@@ -111,29 +111,41 @@ class EvalProtocol:
 BeginEpisodes = Callable[[np.ndarray], None]
 
 
-def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int,
-                begin: BeginEpisodes | None = None) -> EvalResult:
-    """One episode after another on ``env``: episode j from ``reset(seed=seeds[j])``, actions
-    ``act_batch(obs[None], deterministic, episode_uniforms(seeds[j], t, D))[0]`` (after
-    ``begin([seeds[j]])`` where the agent has the hook)."""
-    dims = noise_dims(env.action_space)
+def _play(env: Any, seeds: Sequence[int], k: int, start: Callable[[int], None],
+          choose: Callable[[Any, int, int], Any]) -> EvalResult:
+    """One episode after another on ``env``: episode j from ``reset(seed=seeds[j])``, then
+    ``start(seeds[j])``, action ``choose(obs, seeds[j], t)`` at step t (as :func:`_first_actions`)."""
     n = len(seeds)
     returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
     for j, seed in enumerate(seeds):
         obs, _ = env.reset(seed=int(seed))
-        if begin is not None:
-            begin(np.array([int(seed)], dtype=np.int64))
+        start(int(seed))
         t, done = 0, False
         while not done:
-            u = episode_uniforms(int(seed), t, dims)
-            action = act_batch(np.asarray(obs)[None], deterministic, u)[0]
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(choose(obs, int(seed), t))
             returns[j] += float(reward)
             costs[j] += costs_from_info(info, k)
             t += 1
             done = terminated or truncated
         lengths[j] = t
     return EvalResult(returns=returns, costs=costs, lengths=lengths)
+
+
+def play_serial(env: Any, act_batch: ActBatch, deterministic: bool, seeds: Sequence[int], k: int,
+                begin: BeginEpisodes | None = None) -> EvalResult:
+    """One episode after another on ``env``: episode j from ``reset(seed=seeds[j])``, actions
+    ``act_batch(obs[None], deterministic, episode_uniforms(seeds[j], t, D))[0]`` (after
+    ``begin([seeds[j]])`` where the agent has the hook)."""
+    dims = noise_dims(env.action_space)
+
+    def start(seed: int) -> None:
+        if begin is not None:
+            begin(np.array([seed], dtype=np.int64))
+
+    def choose(obs: Any, seed: int, t: int) -> Any:
+        return act_batch(np.asarray(obs)[None], deterministic, episode_uniforms(seed, t, dims))[0]
+
+    return _play(env, seeds, k, start, choose)
 
 
 def play_seeded(env: Any, act: Act, deterministic: bool, seeds: Sequence[int], k: int,
@@ -143,21 +155,9 @@ def play_seeded(env: Any, act: Act, deterministic: bool, seeds: Sequence[int], k
     generators and the agent's own (``seed_evaluation``) seeded with ``episode_seed(seeds[j])``,
     so that a sampled episode depends on its reset seed and the policy, not on the episodes
     before it. The caller's global generators are restored after."""
-    n = len(seeds)
-    returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
     with _own_global_generators():
-        for j, seed in enumerate(seeds):
-            obs, _ = env.reset(seed=int(seed))
-            _seed_generators(episode_seed(int(seed)), seed_evaluation)
-            t, done = 0, False
-            while not done:
-                obs, reward, terminated, truncated, info = env.step(act(obs, deterministic=deterministic))
-                returns[j] += float(reward)
-                costs[j] += costs_from_info(info, k)
-                t += 1
-                done = terminated or truncated
-            lengths[j] = t
-    return EvalResult(returns=returns, costs=costs, lengths=lengths)
+        return _play(env, seeds, k, lambda seed: _seed_generators(episode_seed(seed), seed_evaluation),
+                     lambda obs, seed, t: act(obs, deterministic=deterministic))
 
 
 def _first_actions(env: Any, start: Callable[[int], None], choose: Callable[[np.ndarray, int, int], Any],

@@ -172,12 +172,22 @@ def _watch_driver(watch: Any) -> None:
     os._exit(1)
 
 
+#: The variables that size OpenMP's (torch's intra-op pool), MKL's and OpenBLAS's thread pools.
+THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def one_thread_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with every pool of :data:`THREAD_VARIABLES` at one thread where it sets none:
+    a run shares its core with the other workers, and an idle BLAS thread spinning beside it
+    costs CPU time without speeding its small products."""
+    return {**environ, **{var: "1" for var in THREAD_VARIABLES if var not in environ}}
+
+
 def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = None) -> None:
     """Initialise a local worker: one thread per run, the progress queue, and the driver watch."""
     global _PROGRESS
     # Set before torch is imported in this fresh process: one thread per run (see runner).
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    os.environ.update(one_thread_env(os.environ))
     _PROGRESS = progress
     if driver is not None:
         _die_with_parent(driver)

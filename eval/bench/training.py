@@ -4,7 +4,7 @@ Three kinds of rows (whole standard-budget runs are timed by :mod:`~constrained_
 with :func:`child_run`):
 
 - ``kind=throughput``: env steps per second of ``agent.learn()`` (wall-clock and this
-  process's CPU time, torch on one thread) for every registered learner (40,960 env steps
+  process's CPU time, torch, OpenMP, MKL and OpenBLAS on one thread each, as a sweep worker runs) for every registered learner (40,960 env steps
   for the SB3-based ones, about 300k for the GRPO agents) on
   ``Grid/HazardFuel-v0``, beside plain stable-baselines3 ``PPO`` (``sb3-ppo``) with
   ``PPOConfig``'s settings on the same vector env as the baselines (the batched twin),
@@ -187,8 +187,11 @@ def child_run(algo: str, task: str, steps: int, first: int, seed: int, config: d
 
 def _in_child(kind: str, **kwargs: Any) -> dict[str, Any]:
     """Run ``child_<kind>(**kwargs)`` in a fresh interpreter; its result dict."""
+    from constrained_grpo.eval.sweep import one_thread_env
+
     cmd = [sys.executable, "-m", "constrained_grpo.eval.bench.training", "--child", json.dumps({"kind": kind, **kwargs})]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    # One thread per pool, as a sweep worker runs (OpenBLAS would otherwise start one per core).
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, env=one_thread_env(os.environ))
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark child {kind} {kwargs} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

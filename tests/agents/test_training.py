@@ -3,6 +3,8 @@ benchmark helpers work end to end."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +118,24 @@ def test_training_benchmark_children() -> None:
     assert whole["env_steps_per_cpu_s"] == pytest.approx(160 / whole["cpu_s"], rel=0.05)
     assert min(whole["first_env_steps_per_cpu_s"], whole["rest_env_steps_per_cpu_s"]) <= whole["env_steps_per_cpu_s"] \
         <= max(whole["first_env_steps_per_cpu_s"], whole["rest_env_steps_per_cpu_s"])
+
+
+def test_benchmark_children_run_every_thread_pool_at_one_thread_as_sweep_workers_do(monkeypatch) -> None:
+    """A child measures what a sweep worker runs: OpenMP, MKL and OpenBLAS at one thread unless
+    the caller set a count (an OpenBLAS pool per core spins beside the run and bills its CPU time)."""
+    from constrained_grpo.eval.bench import training as speed_training
+    from constrained_grpo.eval.sweep import one_thread_env
+
+    assert one_thread_env({"OPENBLAS_NUM_THREADS": "4", "HOME": "/h"}) == {
+        "OPENBLAS_NUM_THREADS": "4", "HOME": "/h", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen.update(kw["env"])
+        return subprocess.CompletedProcess(cmd, 0, json.dumps({"ok": 1}) + "\n", "")
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(speed_training.subprocess, "run", fake_run)
+    assert speed_training._in_child("throughput", algo="ppo") == {"ok": 1}
+    assert [seen[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")] == ["1", "1", "1"]
