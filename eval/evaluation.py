@@ -117,12 +117,12 @@ def _play(env: Any, seeds: Sequence[int], k: int, start: Callable[[int], None],
     ``start(seeds[j])``, action ``choose(obs, seeds[j], t)`` at step t (as :func:`_first_actions`)."""
     n = len(seeds)
     returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
-    for j, seed in enumerate(seeds):
-        obs, _ = env.reset(seed=int(seed))
-        start(int(seed))
+    for j, seed in enumerate(int(s) for s in seeds):
+        obs, _ = env.reset(seed=seed)
+        start(seed)
         t, done = 0, False
         while not done:
-            obs, reward, terminated, truncated, info = env.step(choose(obs, int(seed), t))
+            obs, reward, terminated, truncated, info = env.step(choose(obs, seed, t))
             returns[j] += float(reward)
             costs[j] += costs_from_info(info, k)
             t += 1

@@ -4,8 +4,9 @@ Three kinds of rows (whole standard-budget runs are timed by :mod:`~constrained_
 with :func:`child_run`):
 
 - ``kind=throughput``: env steps per second of ``agent.learn()`` (wall-clock and this
-  process's CPU time, torch, OpenMP, MKL and OpenBLAS on one thread each, as a sweep worker runs) for every registered learner (40,960 env steps
-  for the SB3-based ones, about 300k for the GRPO agents) on
+  process's CPU time, torch, OpenMP, MKL and OpenBLAS on one thread each, as a sweep worker
+  runs) for every registered learner (40,960 env steps for the SB3-based ones, about 300k
+  for the GRPO agents) on
   ``Grid/HazardFuel-v0``, beside plain stable-baselines3 ``PPO`` (``sb3-ppo``) with
   ``PPOConfig``'s settings on the same vector env as the baselines (the batched twin),
   and the peak resident memory of the training process. Each measurement runs in a fresh

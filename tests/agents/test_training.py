@@ -134,8 +134,9 @@ def test_benchmark_children_run_every_thread_pool_at_one_thread_as_sweep_workers
         seen.update(kw["env"])
         return subprocess.CompletedProcess(cmd, 0, json.dumps({"ok": 1}) + "\n", "")
 
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    pools = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    for var in pools:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(speed_training.subprocess, "run", fake_run)
     assert speed_training._in_child("throughput", algo="ppo") == {"ok": 1}
-    assert [seen[v] for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")] == ["1", "1", "1"]
+    assert [seen[v] for v in pools] == ["1", "1", "1"]
