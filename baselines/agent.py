@@ -34,6 +34,7 @@ import stable_baselines3
 import torch as th
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnv, VecEnvWrapper
 from torch import nn
 
@@ -392,6 +393,10 @@ class BaselineAgent:
         if total_env_steps < 1:
             raise ValueError(f"total_env_steps={total_env_steps} must be >= 1")
         callback = _ContractLog(self, log)
+        if not self.model._custom_logger:
+            # SB3's own logger makes an empty tempdir/SB3-<time> folder per learn() even at
+            # verbose=0; this one writes nowhere and keeps name_to_value for the log record.
+            self.model.set_logger(Logger(folder=None, output_formats=[]))
         try:
             # reset_num_timesteps=False: a second learn() continues the same episodes and counters.
             self.model.learn(total_env_steps, callback=callback, reset_num_timesteps=False, log_interval=1)

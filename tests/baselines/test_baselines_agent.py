@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -64,7 +65,8 @@ def test_config_options() -> None:
 
 
 @pytest.mark.parametrize("name", ALGOS)
-def test_log_records_follow_contract_2(name: str) -> None:
+def test_log_records_follow_contract_2(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where SB3's default logger would write
     agent = make_agent(name, TASK, seed=0, **TINY)
     records: list[dict] = []
     agent.learn(4 * 64, records.append)
@@ -81,6 +83,7 @@ def test_log_records_follow_contract_2(name: str) -> None:
     # A second learn() continues the counters.
     agent.learn(64, records.append)
     assert records[-1]["env_steps"] == 5 * 64 and records[-1]["iteration"] == 5
+    assert list(tmp_path.glob("SB3-*")) == []  # training leaves no SB3-<time> log folder behind
 
 
 def _state_tensors(agent: BaselineAgent) -> dict[str, th.Tensor]:

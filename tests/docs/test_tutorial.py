@@ -48,6 +48,8 @@ from pathlib import Path
 
 import pytest
 
+from constrained_grpo.eval.sweep import THREAD_VARIABLES  # OpenMP's (torch's intra-op pool), MKL's, OpenBLAS's
+
 pytestmark = pytest.mark.tutorial
 
 REPO = Path(__file__).resolve().parents[2]
@@ -198,9 +200,6 @@ def expected_outputs(blocks: list[Block]) -> dict[int, Block]:
 
 #: The BLAS thread counts the tutorial's commands run under (see the module docstring).
 THREAD_COUNTS: tuple[int, ...] = (1, 2)
-#: What sets them: OpenMP (torch's intra-op pool at import, and OpenBLAS built with it),
-#: OpenBLAS's own pool (numpy's and scipy's BLAS) and MKL's.
-THREAD_VARIABLES: tuple[str, ...] = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 def tutorial_env(threads: int = 1) -> dict[str, str]:
