@@ -248,8 +248,10 @@ class _LocalBackend:
             try:
                 fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt)
                 break
-            except OSError:
-                # The fork server died between the liveness check and the start; the next start restarts it.
+            except (OSError, EOFError):
+                # The fork server died between the liveness check and the start (OSError: it refused
+                # the connection; EOFError: it closed it before sending the new pid); the next start
+                # restarts it.
                 pool.shutdown(wait=False, cancel_futures=True)
                 if not tries_left:
                     raise

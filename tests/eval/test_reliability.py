@@ -434,6 +434,27 @@ def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
     assert len(list(tmp_path.rglob(storage.DONE_FILE))) == len(specs)
 
 
+def test_a_fork_server_dying_at_a_run_s_start_is_retried(tmp_path: Path, monkeypatch):
+    """A fork server killed between its liveness check and a start either refuses the
+    connection (OSError) or closes it before sending the new pid (EOFError, seen under load);
+    both starts are retried and the run is done once."""
+    import concurrent.futures as cf
+
+    real_submit = cf.ProcessPoolExecutor.submit
+    failures = [EOFError("unexpected EOF"), ConnectionRefusedError(111, "Connection refused")]
+
+    def flaky_submit(self, *args, **kwargs):
+        if failures:
+            raise failures.pop(0)
+        return real_submit(self, *args, **kwargs)
+
+    monkeypatch.setattr(cf.ProcessPoolExecutor, "submit", flaky_submit)
+    specs = expand_grid([TASK], [TOY], [0], 100, eval_episodes=13, save_agent=False)
+    report = run_sweep(specs, tmp_path, workers=1, **QUIET)
+    assert not failures and report.ok and report.done == [specs[0].key], report.failed
+    assert len(list(tmp_path.rglob(storage.DONE_FILE))) == 1
+
+
 def test_bench_force_redoes_runs_recorded_with_other_settings(tmp_path: Path):
     first = expand_grid([TASK], [TOY], [0, 1], 100, eval_episodes=13, save_agent=False)
     assert run_sweep(first, tmp_path, workers=1, **QUIET).ok
