@@ -32,7 +32,7 @@ from constrained_grpo.baselines.vec_env import GymVectorVecEnv
 from constrained_grpo.constraints import costs_from_info
 from constrained_grpo.nonfinite import NonFiniteRolloutError
 
-__all__ = ["SauteConfig", "SauteObservation", "SauteVecEnv", "saute_reward", "saute_update"]
+__all__ = ["SauteConfig", "SauteObservation", "SauteVecEnv", "SauteVectorObservation", "saute_reward", "saute_update"]
 
 #: Slack on ``z >= 0`` so that a budget spent exactly (``sum c = d`` in floating point) counts as kept.
 BUDGET_TOL = 1e-9
@@ -128,6 +128,40 @@ class SauteObservation(gym.Wrapper):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self.z = saute_update(self.z, costs_from_info(info, len(self.limits)), self.limits, self.gamma_s)
         return np.concatenate([obs, self.z.astype(obs.dtype)]), reward, terminated, truncated, info
+
+
+class SauteVectorObservation(gym.vector.VectorWrapper):
+    """:class:`SauteObservation` over a gymnasium vector env with same-step autoreset
+    (``make_vec_env``, the task's batched twin): each row's budgets are updated from the
+    step's ``info["costs"]``, and a row whose episode ended starts the next with ``z = 1``
+    (its returned observation already belongs to that episode). Rewards, terminations and
+    costs stay the task's, so the harness evaluates a Saute policy on the batched twin with
+    the same episodes as on one env."""
+
+    def __init__(self, env: gym.vector.VectorEnv, limits: np.ndarray, gamma_s: float = 1.0):
+        super().__init__(env)
+        self.limits = _check_limits(limits)
+        self.gamma_s = float(gamma_s)
+        k = len(self.limits)
+        self.single_observation_space = _augmented_space(env.single_observation_space, k)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.z = np.ones((self.num_envs, k))
+
+    def _augment(self, obs: np.ndarray) -> np.ndarray:
+        obs = np.asarray(obs)
+        return np.concatenate([obs, self.z.astype(obs.dtype)], axis=-1)
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        obs, info = self.env.reset(**kwargs)
+        self.z = np.ones((self.num_envs, len(self.limits)))
+        return self._augment(obs), info
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        costs = np.asarray(info["costs"], dtype=np.float64).reshape(self.num_envs, len(self.limits))
+        self.z = saute_update(self.z, costs, self.limits, self.gamma_s)
+        self.z[np.asarray(terminated) | np.asarray(truncated)] = 1.0
+        return self._augment(obs), reward, terminated, truncated, info
 
 
 @dataclass(frozen=True)

@@ -282,7 +282,8 @@ def evaluate_agent(
     (:func:`sampling_is_seeded`, :data:`REPLAY_STEPS` actions replayed twice); one that does
     not gets one :class:`UnseededEvaluationWarning` and ``sampler="unseeded"``. An agent
     that acts on more than the task's observation (Saute's remaining budget) exposes
-    ``wrap_eval_env(env)`` and is evaluated on one env. A
+    ``wrap_eval_env(env)``, and ``wrap_eval_vec_env(vec)`` for the batched twin (without it,
+    it is evaluated on one env). A
     text agent (Text observations) provides ``evaluate(n, deterministic, seed=...)`` over the
     harness's problem seeds. An agent with neither evaluates itself (``evaluate(n,
     deterministic)``): its episodes are its own, ``owner="agent"``, and the leaderboard does
@@ -306,6 +307,7 @@ def evaluate_agent(
         act = getattr(agent, "act", None)
         act_batch = getattr(agent, "act_batch", None)
         wrap = getattr(agent, "wrap_eval_env", None)
+        wrap_vec = getattr(agent, "wrap_eval_vec_env", None)
         if not ((text and seeded_evaluate) or (not text and (callable(act) or callable(act_batch)))):
             if not callable(evaluate):
                 raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
@@ -314,8 +316,13 @@ def evaluate_agent(
             return {"deterministic": evaluate(n, deterministic=True)}, EvalProtocol(n, None, ("deterministic",), "agent", None, False, rule)
         if not text and callable(wrap):  # observations the policy needs beyond the task's own
             env = wrap(env)
-        use_batched = (not text and callable(act_batch) and not callable(wrap)
+        use_batched = (not text and callable(act_batch) and (not callable(wrap) or callable(wrap_vec))
                        and (info.batched_eval if batched is None else bool(batched)))
+
+        def make_vec(b: int) -> Any:
+            vec = make_vec_env(task, b, **kwargs)
+            return wrap_vec(vec) if callable(wrap_vec) else vec
+
         begin = getattr(agent, "begin_episodes", None)
         begin = begin if callable(begin) else None
         seed_evaluation = getattr(agent, "seed_evaluation", None)
@@ -341,7 +348,7 @@ def evaluate_agent(
                 return _forked(first_seed + start, lambda: evaluate(count, deterministic=det, seed=first_seed + start))
             if callable(act_batch):
                 if use_batched:
-                    return play_batched(lambda b: make_vec_env(task, b, **kwargs), act_batch, det, seeds, k, begin=begin)
+                    return play_batched(make_vec, act_batch, det, seeds, k, begin=begin)
                 return play_serial(env, act_batch, det, seeds, k, begin=begin)
             return play_seeded(env, act, det, seeds, k, seed_evaluation)
 

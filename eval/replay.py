@@ -29,6 +29,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval import storage
 
 __all__ = ["RenderError", "check_recorded_code", "load_saved_agent", "reevaluate", "render_run", "run_spec"]
@@ -168,9 +169,12 @@ def reevaluate(run_dir: str | Path, episodes: int | None = None, trusted: Collec
         raise RenderError(f"{path} is not a complete run (no {storage.DONE_FILE}); finish it with cgrpo train first")
     spec = run_spec(path)
     agent = load_saved_agent(path, trusted)
-    n = int(episodes if episodes is not None else spec.eval_episodes)
-    results, protocol = evaluate_agent(agent, spec.task, n, spec.config.get("env_kwargs"))
     config = storage.read_json(path / storage.CONFIG_FILE)
+    # The run's own constraints (its limits plan the count when the run let the task plan it).
+    constraints = [Constraint(**c) for c in config["task"]["constraints"]]
+    n = episodes if episodes is not None else spec.eval_episodes
+    results, protocol = evaluate_agent(agent, spec.task, None if n is None else int(n), spec.config.get("env_kwargs"),
+                                       constraints=constraints)
     names = [c["name"] for c in config["task"]["constraints"]]
     with tempfile.TemporaryDirectory() as tmp:
         # A copy of the run with the new evaluation, scored by the loader and metrics like any run.

@@ -267,6 +267,32 @@ def test_saute_observation_wrapper_keeps_the_true_reward() -> None:
     assert reward == 0.0 and np.allclose(obs[1:], [1 - 4 / 3, 1.0], atol=1e-6)
 
 
+def test_saute_vector_observation_tracks_each_row_and_restarts_it_at_an_episode_end() -> None:
+    """The batched twin's wrapper: FixedCost spends cost 1 of the first constraint every step
+    and 1 of the second at its 5th (last) step, so with limits (3, 0.5) row z after t < 5
+    steps is (1 - t/3, 1); at the 5th the episode ends and the returned observation (the next
+    episode's) carries z = (1, 1). Rewards and costs stay the task's."""
+    from constrained_grpo.baselines.saute import SauteVectorObservation
+    from constrained_grpo.tasks import make_vec_env
+
+    vec = SauteVectorObservation(make_vec_env(FIXED_COST_ID, 2), np.array([3.0, 0.5]))
+    try:
+        assert vec.single_observation_space.shape == (3,) and vec.observation_space.shape == (2, 3)
+        obs, _ = vec.reset(seed=[0, 1])
+        assert np.allclose(obs[:, 1:], 1.0)
+        for t in range(1, 6):
+            obs, reward, terminated, truncated, info = vec.step(np.array([0, 1]))
+            assert np.allclose(reward, 0.0)
+            assert np.allclose(info["costs"], [[1.0, float(t == 5)]] * 2)
+            want = [1.0, 1.0] if t == 5 else [1 - t / 3, 1.0]
+            assert np.allclose(obs[:, 1:], [want, want], atol=1e-6), t
+        assert np.all(terminated | truncated)
+        obs, *_ = vec.step(np.array([0, 0]))  # the next episode spends its own budget
+        assert np.allclose(obs[:, 1:], [[1 - 1 / 3, 1.0]] * 2, atol=1e-6)
+    finally:
+        vec.close()
+
+
 def test_saute_rejects_a_zero_limit() -> None:
     with pytest.raises(ValueError, match="limits"):
         SauteObservation(make_env(FIXED_COST_ID), np.array([3.0, 0.0]))

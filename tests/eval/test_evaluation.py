@@ -3,6 +3,7 @@ episode count is planned from the limits, and a count too small to decide is ref
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def _same(a, b) -> bool:
     ("cgrpo", "Grid/HazardFuel-v0", 120),        # linear policy on one-hot cells
     ("cgrpo", "Grid/HazardFuelCoords-v0", 100),  # an MLP
     ("ppo-lag", "Grid/HazardFuelSlip-v0", 100),  # SB3's distribution, slippery transitions
+    ("saute-ppo", "Grid/HazardFuel-v0", 100),    # acts on the budgets too: both paths wrap the env
     ("ref-optimal", "Grid/HazardFuel3x3-v0", 200),
     ("ref-random", "Grid/HazardFuelMud-v0", 100),
 ])
@@ -62,6 +64,16 @@ def test_highway_batched_twin_plays_highway_envs_episodes():
         for det in (False, True):
             batched = play_batched(lambda b: make_vec_env(task, b), agent.act_batch, det, seeds, 4)
             assert _same(batched, play_serial(env, agent.act_batch, det, seeds, 4)), det
+    finally:
+        env.close()
+    # Saute's policy reads the remaining budgets: both paths track them from the step costs.
+    saute = make_agent("saute-ppo", task, seed=0)
+    env = saute.wrap_eval_env(make_env(task))
+    try:
+        for det in (False, True):
+            batched = play_batched(lambda b: saute.wrap_eval_vec_env(make_vec_env(task, b)), saute.act_batch, det,
+                                   seeds, 4)
+            assert _same(batched, play_serial(env, saute.act_batch, det, seeds, 4)), det
     finally:
         env.close()
 
@@ -137,6 +149,27 @@ def test_the_exact_optimum_is_within_and_scores_one_at_the_planned_evaluation(tm
     # 99% power: 6,534 episodes certify an indicator limit of 0.2 (14,790 one of 0.1); a grid with
     # fuel alone needs no more than its 1,000 pilot episodes.
     assert row["eval_episodes"] >= (6_534 if any(c.indicator for c in meta.constraints) else 1_000)
+
+
+def test_a_saute_run_at_the_planned_evaluation_is_batched_and_reevaluated_alike(tmp_path: Path):
+    """Saute's policy acts on its remaining budgets, and the harness still plays its planned
+    evaluation on the batched twin (its wrapper tracks each row's budgets); ``cgrpo eval`` of
+    such a run (no --eval-episodes: the task plans the count from the run's limits) plays the
+    same plan again and repeats the run's metrics."""
+    from constrained_grpo.eval.replay import reevaluate
+
+    task = "Grid/HazardFuel3x3-v0"
+    small = {"n_envs": 2, "n_steps": 64, "batch_size": 64, "n_epochs": 1}
+    outcome = execute_run(RunSpec(task, "saute-ppo", 0, 256, None, small, True), tmp_path, meta=task_meta(task))
+    assert outcome.status == "done", outcome.error
+    run = next(tmp_path.rglob("done.json")).parent
+    assert json.loads((run / "done.json").read_text())["eval"]["batched"] is True
+    table, meta = load_run(run, known_algos=None)
+    recorded = run_metrics(table, {meta.task: meta}).iloc[0]
+    again, _ = reevaluate(run)
+    assert recorded["eval_episodes"] >= 6_534  # the plan for the 3x3's indicator limit (above)
+    for column in ("eval_episodes", "eval_return", "greedy_return", "score", "feasibility"):
+        assert again[column] == recorded[column], column
 
 
 @pytest.mark.parametrize("task", ["Grid/HazardFuelSlip-v0", "Grid/HazardFuelCoords-v0"])
