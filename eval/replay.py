@@ -175,7 +175,7 @@ def reevaluate(run_dir: str | Path, episodes: int | None = None, trusted: Collec
     n = episodes if episodes is not None else spec.eval_episodes
     results, protocol = evaluate_agent(agent, spec.task, None if n is None else int(n), spec.config.get("env_kwargs"),
                                        constraints=constraints)
-    names = [c["name"] for c in config["task"]["constraints"]]
+    names = [c.name for c in constraints]
     with tempfile.TemporaryDirectory() as tmp:
         # A copy of the run with the new evaluation, scored by the loader and metrics like any run.
         copy = Path(tmp) / path.name
