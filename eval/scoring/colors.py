@@ -1,9 +1,12 @@
 """One colour per algorithm, the same in every figure (``cgrpo plot`` and the coupling analysis).
 
 An algorithm's colour comes from its name alone: the suite's main algorithms have fixed
-colours; any other name takes the palette entry at ``crc32(name) mod len(PALETTE)``. Two
-algorithms of one figure that would share a colour are told apart by giving the later
-name (in sorted order) the next free entry, so a figure never shows one colour twice.
+colours; any other name takes the entry ``crc32(name) mod 20`` of the first 20 (Tableau 20).
+Two algorithms of one figure that would share a colour are told apart by giving the later
+name (the fixed names first, then in sorted order) the next free entry, the 10 darker tones after the first 20 included,
+so a figure of up to ``len(PALETTE)`` = 30 algorithms (the standard board draws 28: 25
+learners and 3 references) never shows one colour twice; past that, colours repeat in the
+same order.
 """
 
 from __future__ import annotations
@@ -13,11 +16,17 @@ from collections.abc import Iterable
 
 __all__ = ["PALETTE", "algo_color", "algo_colors", "algo_marker"]
 
-#: Tableau 10, then the lighter Tableau 20 tones: distinct hues first.
+#: Tableau 10, then the lighter Tableau 20 tones: distinct hues first; then 10 Tableau 20b
+#: tones (the darkest of each of its five hues, then one mid tone each), taken only when a
+#: figure has used the first 20.
 PALETTE: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
     "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
+    "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd",
 )
+#: The entries a name's hash picks from (the first 20), so that an algorithm's preferred
+#: colour is the same as before the darker tones were added.
+_HASHED = 20
 
 #: Fixed palette entries of the algorithms most figures show.
 _FIXED: dict[str, int] = {
@@ -30,7 +39,7 @@ _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 
 def _preferred(name: str) -> int:
-    return _FIXED.get(name, zlib.crc32(name.encode()) % len(PALETTE))
+    return _FIXED.get(name, zlib.crc32(name.encode()) % _HASHED)
 
 
 def algo_color(name: str) -> str:
@@ -46,14 +55,17 @@ def algo_colors(algos: Iterable[str]) -> dict[str, str]:
     """
     used: set[int] = set()
     out: dict[str, str] = {}
-    for name in sorted(set(algos)):
+    # The suite's fixed colours first, so that they never move to make room for a hashed name.
+    for name in sorted(set(algos), key=lambda n: (n not in _FIXED, n)):
         i = _preferred(name)
-        for step in range(len(PALETTE)):
-            if (i + step) % len(PALETTE) not in used:
-                i = (i + step) % len(PALETTE)
-                break
-        used.add(i)
-        out[name] = PALETTE[i]
+        # The first 20 from the preferred entry on (wrapping), then the darker tones.
+        order = [(i + step) % _HASHED for step in range(_HASHED)] if i < _HASHED else [i]
+        free = [j for j in order + list(range(_HASHED, len(PALETTE))) if j not in used]
+        if not free:  # every colour taken: a new round, in the same order
+            used.clear()
+            free = [i]
+        used.add(free[0])
+        out[name] = PALETTE[free[0]]
     return out
 
 
