@@ -143,14 +143,14 @@ def _tick_text(x: float, step: float) -> str:
 
 
 def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta, tol: float,
-                *, width: int = 380, height: int = 270) -> str:
+                *, width: int = 380, height: int = 270, colors: Mapping[str, str] | None = None) -> str:
     """Inline SVG: per algorithm (filled dot, its colour) and reference (hollow square,
     named), the mean worst violation over seeds (x) and the IQM normalised return (y; the
     return where the task has no R*), each with its 95% bootstrap interval as a bar; the
     tolerance x = tol (dotted red) and, with R*, y = 1 (the optimum, dashed). The x axis is
     ``log(1 + x/tol)``: linear near 0, so the tolerance stays readable beside violations of
     10. The y range is the algorithms' (and 1); a reference outside it is drawn on the edge
-    with its value."""
+    with its value. ``colors``: the page's colour per algorithm (default: this task's own)."""
     norm = meta.optimum_return not in (None, 0)
     pts = []
     for r, ref in [(r, False) for r in _rows(ranked)] + [(r, True) for r in _rows(refs)]:
@@ -180,7 +180,7 @@ def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: Ta
     def sy(y: float) -> float:
         return top + ph * (1 - (min(max(y, y_lo), y_hi) - y_lo) / (y_hi - y_lo))
 
-    colors = algo_colors([p[0] for p in pts if not p[1]])
+    colors = colors if colors is not None else algo_colors([p[0] for p in pts if not p[1]])
     out = [f'<svg class="fig" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
            f'aria-label="{html.escape(meta.task)}: normalised return against worst violation">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#bbb"/>']
@@ -244,13 +244,13 @@ COMPACT: tuple[tuple[str, str], ...] = (
 )
 
 
-def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta) -> str:
+def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta,
+             colors: Mapping[str, str]) -> str:
     norm = meta.optimum_return not in (None, 0)
     head = [(h, t) for h, t in COMPACT]
     if not norm:
         head[6] = ("return [95% CI]", "evaluated return, IQM over seeds [95% bootstrap interval]")
     rows = _rows(ranked)
-    colors = algo_colors([str(r["algo"]) for r in rows])
     out = ['<table class="compact sortable"><thead><tr>'
            + "".join(f'<th title="{html.escape(t, quote=True)}">{html.escape(h)}</th>' for h, t in head)
            + "</tr></thead><tbody>"]
@@ -384,6 +384,8 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
             verdicts[task] = task_verdict(lb.per_task.get(task), tasks[task], lb.not_ranked.get(task, ()))
     out.append('<ul class="glance">' + "".join(
         f'<li><a href="#{_slug(t)}">{html.escape(t)}</a>: {html.escape(v)}</li>' for t, v in verdicts.items()) + "</ul>")
+    # One colour per algorithm on the whole page, as in `cgrpo plot`'s figures.
+    colors = algo_colors([str(a) for df in lb.per_task.values() if df is not None for a in df["algo"]])
     headers: list[str] = []
     for s in task_sections:
         task = s.title.removeprefix("Task ")
@@ -396,8 +398,8 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
             out.append(f'<p class="limits">Limits {html.escape(limits)} (within when J ≤ d(1 + {lb.tol:g})){html.escape(opt)}. '
                        "The rank counts the algorithms separated above by the test; hover a shared rank for who shares it.</p>")
             ranked, refs = lb.per_task.get(task), lb.references.get(task)
-            out.append('<div class="task"><div class="wrap">' + _compact(ranked, refs, meta) + "</div>"
-                       + task_figure(ranked, refs, meta, lb.tol) + "</div>")
+            out.append('<div class="task"><div class="wrap">' + _compact(ranked, refs, meta, colors) + "</div>"
+                       + task_figure(ranked, refs, meta, lb.tol, colors=colors) + "</div>")
         headers += [h for h in s.header if h not in headers]
         out.append(f"<details><summary>Notes and all {len(s.header)} columns</summary>")
         out += [f"<p>{html.escape(n)}</p>" for n in s.notes]

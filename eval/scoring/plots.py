@@ -518,11 +518,12 @@ def iter_figures(
     :func:`make_plots`); the caller saves or closes each."""
     in_units = dict(lambda_in_reward_units or {})
     runs = run_metrics(table, tasks, evals=evals)
+    # One colour per algorithm across every task's figures.
+    colors = algo_colors(table.loc[table["kind"] == "train", "algo"].unique())
     for task in sorted(table["task"].unique()):
         meta = tasks[task]
         rows = table[(table["task"] == task) & (table["kind"] == "train")]
         algos = sorted(rows["algo"].unique())
-        colors = algo_colors(algos)
         stem = "_".join(safe_name(p) for p in task.split("/"))
         yield f"{stem}_curves.png", _curves_figure(rows, meta, algos, colors, tol)
         lam_cols = [f"lambda_{n}" for n in meta.constraint_names if f"lambda_{n}" in rows and rows[f"lambda_{n}"].notna().any()]

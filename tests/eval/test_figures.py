@@ -17,7 +17,7 @@ import pytest
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from cgrpo_toy_agent import TASK, TOY
+from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED
 from constrained_grpo.eval.scoring import plots
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.eval.scoring.colors import PALETTE, algo_color, algo_colors, algo_marker
@@ -49,6 +49,27 @@ def test_the_standard_board_draws_each_algorithm_in_its_own_colour_and_keeps_the
     # Past the 30 colours they repeat, from the preferred one again.
     more = algo_colors([f"user_algo_{i}" for i in range(len(PALETTE) + 1)])
     assert len(set(more.values())) == len(PALETTE)
+
+
+def test_an_algorithm_has_one_colour_in_every_task_s_figures(toy_results: Path):
+    # Task A ran pid-lag and crpo, task B crpo and ppo-lag-al. crpo's hashed colour is
+    # pid-lag's fixed one: per task, crpo would be drawn in it on B and moved on A.
+    import dataclasses
+
+    res = load_results(toy_results)
+    a = res.table.replace({"algo": {TOY: "pid-lag", TOY_UNCONSTRAINED: "crpo"}})
+    b = res.table.replace({"algo": {TOY: "crpo", TOY_UNCONSTRAINED: "ppo-lag-al"}}).assign(task="Grid/Copy-v0")
+    tasks = {TASK: res.tasks[TASK], "Grid/Copy-v0": dataclasses.replace(res.tasks[TASK], task="Grid/Copy-v0")}
+    assert algo_color("crpo") == algo_color("pid-lag")
+    colours: dict[str, set[str]] = {}
+    for name, fig in plots.iter_figures(pd.concat([a, b], ignore_index=True), tasks):
+        if name.endswith("_curves.png"):
+            for line in fig.axes[0].lines:
+                if line.get_label() in ("pid-lag", "crpo", "ppo-lag-al"):
+                    colours.setdefault(line.get_label(), set()).add(line.get_color())
+        plt.close(fig)
+    assert colours["crpo"] != colours["pid-lag"] and all(len(c) == 1 for c in colours.values()), colours
+    assert colours["pid-lag"] == {algo_color("pid-lag")}
 
 
 def test_coinciding_points_are_all_drawn_and_named():

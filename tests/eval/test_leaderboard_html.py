@@ -15,6 +15,7 @@ import pandas as pd
 import pytest
 
 from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval.scoring.colors import algo_colors
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard, build_leaderboard, render_html
 from constrained_grpo.eval.scoring.loader import load_results
 from constrained_grpo.eval.scoring.page import rank_label, task_verdict
@@ -30,27 +31,35 @@ META = TaskMeta("Toy/Wide-v0", "toy", (Constraint("hazard", 0.2, "", indicator=T
                 optimum_return=2.0, unconstrained_return=3.0, optimal_multipliers=(0.5, 0.1))
 
 
-def _wide_board() -> Leaderboard:
+def _wide_board(subset_task: TaskMeta | None = None, subset: tuple[str, ...] = ()) -> Leaderboard:
     """25 algorithms x 10 seeds, 40 evaluation episodes each: returns spread from 1.0 to 2.4,
     hazard rates from 0 to 0.5, so that ranks are separated, shared and broken limits mixed;
-    two reference policies."""
+    two reference policies. ``subset_task``: a second task where only ``subset`` ran."""
+    rows = _wide_rows(META, ALGOS)
+    if subset_task is not None:
+        rows += _wide_rows(subset_task, subset)
+    tasks = {m.task: m for m in (META, subset_task) if m is not None}
+    return build_leaderboard(pd.DataFrame(rows), tasks, reps=200, references=("ref-random", "ref-optimal"))
+
+
+def _wide_rows(meta: TaskMeta, algos: tuple[str, ...]) -> list[dict]:
     rng = np.random.default_rng(11)
     rows = []
-    for i, algo in enumerate((*ALGOS, "ref-random", "ref-optimal")):
-        ret, hazard = (1.0 + 0.055 * i, 0.02 * (i % 13)) if i < len(ALGOS) else ((0.1, 0.6) if algo == "ref-random" else (2.0, 0.2))
+    for i, algo in enumerate((*algos, "ref-random", "ref-optimal")):
+        ret, hazard = (1.0 + 0.055 * i, 0.02 * (i % 13)) if i < len(algos) else ((0.1, 0.6) if algo == "ref-random" else (2.0, 0.2))
         for seed in range(10):
             r = ret + 0.03 * rng.standard_normal()
             for t in range(5):
-                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "train", "iteration": t,
+                rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": seed, "kind": "train", "iteration": t,
                              "env_steps": 100 * (t + 1), "wall_s": 0.1 * t, "return": r, "length": np.nan,
                              "cost_hazard": hazard, "cost_fuel": 3.0, "lambda_hazard": np.nan, "lambda_fuel": np.nan})
             for e in range(40):
-                rows.append({"suite": "toy", "task": META.task, "algo": algo, "seed": seed, "kind": "eval",
+                rows.append({"suite": "toy", "task": meta.task, "algo": algo, "seed": seed, "kind": "eval",
                              "policy": "sampled", "iteration": 4, "episode": e, "reset_seed": 1_000_000 + e,
                              "env_steps": 500, "wall_s": np.nan, "return": r, "length": 5.0,
                              "cost_hazard": float(rng.random() < hazard), "cost_fuel": 3.0 + 0.1 * rng.standard_normal(),
                              "lambda_hazard": np.nan, "lambda_fuel": np.nan})
-    return build_leaderboard(pd.DataFrame(rows), {META.task: META}, reps=200, references=("ref-random", "ref-optimal"))
+    return rows
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +103,26 @@ def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: s
     assert svg.count("<circle") == len(ALGOS) and "tolerance" in svg and "exact optimum R*" in svg
     # Ranks are spelled out: a shared rank says so.
     assert re.search(r"<td data-v=\"[0-9.e-]+\"><span title=\"shared with [^\"]+\">shared \d+(st|nd|rd|th)</span></td>", page)
+
+
+def test_an_algorithm_has_one_colour_on_the_whole_page() -> None:
+    # A task where 4 of the 25 ran: alone, 3 of them would take other colours than on the
+    # full task (the first free entry from their hashed one), and the page would show crpo in
+    # two colours.
+    subset = ("cgrpo", "cgrpo-crpo", "crpo", "ppo-lag-al")
+    assert sum(algo_colors(subset)[a] != algo_colors(ALGOS)[a] for a in subset) == 3
+    small = TaskMeta("Toy/Small-v0", "toy", META.constraints, optimum_return=2.0)
+    page = render_html(_wide_board(small, subset))
+    seen: dict[str, set[str]] = {}
+    for colour, algo in re.findall(r'<span class="sw" style="background:(#[0-9a-f]{6})"></span>([a-z0-9-]+)<', page):
+        seen.setdefault(algo, set()).add(colour)
+    assert set(seen) == set(ALGOS)
+    assert all(len(c) == 1 for c in seen.values()), {a: c for a, c in seen.items() if len(c) > 1}
+    assert len({c for cs in seen.values() for c in cs}) == len(ALGOS)
+    # The figures' dots take the same colours.
+    for algo in subset:
+        (colour,) = seen[algo]
+        assert page.count(f'fill="{colour}"') >= 2, algo
 
 
 def test_page_from_runs_has_glossary_and_figures(toy_results: Path) -> None:
