@@ -2,11 +2,12 @@
 
 An algorithm's colour comes from its name alone: the suite's main algorithms have fixed
 colours; any other name takes the entry ``crc32(name) mod 20`` of the first 20 (Tableau 20).
-Two algorithms of one figure that would share a colour are told apart by giving the later
-name (the fixed names first, then in sorted order) the next free entry, the 10 darker tones after the first 20 included,
-so a figure of up to ``len(PALETTE)`` = 30 algorithms (the standard board draws 28: 25
-learners and 3 references) never shows one colour twice; past that, colours repeat in the
-same order.
+Two algorithms that would share a colour are told apart by giving the later name (the fixed
+names first, then in sorted order) the next free entry, the 10 darker tones after the first
+20 included, so that up to ``len(PALETTE)`` = 30 algorithms (the standard board draws 28: 25
+learners and 3 references) never show one colour twice; past that, colours repeat in the
+same order. ``cgrpo plot`` and the HTML page take the colours of all their algorithms at
+once, so an algorithm has one colour across a board's tasks.
 """
 
 from __future__ import annotations
