@@ -60,8 +60,8 @@ def algo_colors(algos: Iterable[str]) -> dict[str, str]:
     for name in sorted(set(algos), key=lambda n: (n not in _FIXED, n)):
         i = _preferred(name)
         # The first 20 from the preferred entry on (wrapping), then the darker tones.
-        order = [(i + step) % _HASHED for step in range(_HASHED)] if i < _HASHED else [i]
-        free = [j for j in order + list(range(_HASHED, len(PALETTE))) if j not in used]
+        order = [(i + step) % _HASHED for step in range(_HASHED)] + list(range(_HASHED, len(PALETTE)))
+        free = [j for j in order if j not in used]
         if not free:  # every colour taken: a new round, in the same order
             used.clear()
             free = [i]

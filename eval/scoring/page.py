@@ -143,14 +143,14 @@ def _tick_text(x: float, step: float) -> str:
 
 
 def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta, tol: float,
-                *, width: int = 380, height: int = 270, colors: Mapping[str, str] | None = None) -> str:
+                colors: Mapping[str, str], *, width: int = 380, height: int = 270) -> str:
     """Inline SVG: per algorithm (filled dot, its colour) and reference (hollow square,
     named), the mean worst violation over seeds (x) and the IQM normalised return (y; the
     return where the task has no R*), each with its 95% bootstrap interval as a bar; the
     tolerance x = tol (dotted red) and, with R*, y = 1 (the optimum, dashed). The x axis is
     ``log(1 + x/tol)``: linear near 0, so the tolerance stays readable beside violations of
     10. The y range is the algorithms' (and 1); a reference outside it is drawn on the edge
-    with its value. ``colors``: the page's colour per algorithm (default: this task's own)."""
+    with its value. ``colors``: the page's colour per algorithm."""
     norm = meta.optimum_return not in (None, 0)
     pts = []
     for r, ref in [(r, False) for r in _rows(ranked)] + [(r, True) for r in _rows(refs)]:
@@ -180,7 +180,6 @@ def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: Ta
     def sy(y: float) -> float:
         return top + ph * (1 - (min(max(y, y_lo), y_hi) - y_lo) / (y_hi - y_lo))
 
-    colors = colors if colors is not None else algo_colors([p[0] for p in pts if not p[1]])
     out = [f'<svg class="fig" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img" '
            f'aria-label="{html.escape(meta.task)}: normalised return against worst violation">',
            f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fff" stroke="#bbb"/>']
@@ -399,7 +398,7 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
                        "The rank counts the algorithms separated above by the test; hover a shared rank for who shares it.</p>")
             ranked, refs = lb.per_task.get(task), lb.references.get(task)
             out.append('<div class="task"><div class="wrap">' + _compact(ranked, refs, meta, colors) + "</div>"
-                       + task_figure(ranked, refs, meta, lb.tol, colors=colors) + "</div>")
+                       + task_figure(ranked, refs, meta, lb.tol, colors) + "</div>")
         headers += [h for h in s.header if h not in headers]
         out.append(f"<details><summary>Notes and all {len(s.header)} columns</summary>")
         out += [f"<p>{html.escape(n)}</p>" for n in s.notes]
