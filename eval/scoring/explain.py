@@ -8,10 +8,16 @@ limit k when its lower bound is above, and cannot be told otherwise), its mean e
 ``R = (1/n) sum_seeds R_seed`` against the exact optimum ``R*`` where the task has one, for each
 broken limit the mean cost ``J_k`` against ``d_k`` and the share of evaluation episodes over
 ``d_k`` (``1 - within_k``) over the seeds that break it, and for the seeds that cannot be told
-the mean cost and upper bound ``U_k``; where seeds whose final policy is not within the limits
-have an average iterate (the training tail, ``tail_feasible``) that is, the sentence says the
-run has not converged at its budget. "highest return" marks the ranked algorithm(s) with the
-largest ``R``.
+the mean cost and upper bound ``U_k``. The sentence says the run has not converged at its budget
+where seeds whose final policy is not within the limits have an average iterate (the training
+tail, the last 20% of iterations: ``tail_feasible``) that is; and, where no seed's average
+iterate keeps the limits, where the final policy scores below its average iterate by more than
+the seeds' spread allows: the leaderboard's 95% bootstrap interval over seeds of the paired
+difference ``mean_seeds(score - tail_score)`` lies below 0 (with at least ``MIN_SEEDS_FOR_CI``
+seeds). A learner whose dual ascent swings its policy across a limit is then not read as one
+that settles on the wrong side of it. The other direction (a final policy better than its
+training tail) is ordinary progress and not flagged. "highest return" marks the ranked
+algorithm(s) with the largest ``R``.
 
 >>> print(explain_sentence("ppo", {"return": 1.5, "seeds": 5, "feasible": 0, "broken": {"hazard": 5},
 ...       "cost": {"hazard": 0.62}, "over": {"hazard": 0.62}}, _meta_for_doc(), highest=True))
@@ -27,6 +33,7 @@ from typing import Any
 import pandas as pd
 
 from constrained_grpo.constraints import Constraint
+from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard
 from constrained_grpo.schema import TaskMeta
 
@@ -84,6 +91,12 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
         "unconverged": int(((g["feasibility"] != "feasible") & tail_ok).sum()),
         "unconverged_return": (mean_of("final_return", (g["feasibility"] != "feasible") & tail_ok)
                                if "final_return" in g else math.nan),
+        # The average iterate over all seeds (the training tail's means) and both policies' scores:
+        # what the sentence quotes when the final policy scores clearly below its average iterate.
+        "score": _mean(g["score"].astype(float).tolist()) if "score" in g else math.nan,
+        "tail_score": _mean(g["tail_score"].astype(float).tolist()) if "tail_score" in g else math.nan,
+        "tail_return": _mean(g["final_return"].astype(float).tolist()) if "final_return" in g else math.nan,
+        "tail_cost": {k: _mean(g[f"final_cost_{k}"].astype(float).tolist()) for k in names if f"final_cost_{k}" in g},
     }
 
 
@@ -119,10 +132,18 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
     if not parts:  # neither feasible, broken nor undetermined: not reachable
         parts.append("breaks a limit")
     m = int(summary.get("unconverged", 0))
+    gap = summary.get("iterate_gap_ci")
     if m and not reference:
         parts.append(f"not converged on {m}/{n} seeds: there its average iterate (the last 20% of training) keeps "
                      f"{_limits_word(len(meta.constraints))}, return {_g(float(summary['unconverged_return']))}, "
                      "while its final policy is not shown within them")
+    elif gap is not None and float(gap[1]) < 0 and not reference:
+        tail = ", ".join([f"return {_g(float(summary['tail_return']))}"]
+                         + [f"{k} {_g(float(v))}" for k, v in summary.get("tail_cost", {}).items()])
+        parts.append(f"not converged at its budget: its final policy scores {_g(float(summary['score']))} against "
+                     f"{_g(float(summary['tail_score']))} for its average iterate (the last 20% of training: {tail} "
+                     f"per episode), a difference whose 95% interval over seeds, [{_g(float(gap[0]))}, "
+                     f"{_g(float(gap[1]))}], lies below 0")
     kept = f"within {_limits_word(len(meta.constraints))} on {f}/{n} seeds; " if f else ""
     return f"{name}: {head}; {kept}{'; '.join(parts)}."
 
@@ -136,6 +157,14 @@ def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
     ranked, refs = runs[~is_ref], runs[is_ref]
     order = lb.per_task[meta.task]["algo"].astype(str).tolist() if meta.task in lb.per_task else sorted(ranked["algo"].unique())
     summaries = {a: algo_summary(ranked[ranked["algo"] == a], meta) for a in order}
+    table = lb.per_task.get(meta.task)
+    if table is not None and {"iterate_gap_lo", "iterate_gap_hi"} <= set(table.columns):
+        # The leaderboard's interval of the paired difference final - average iterate, where it
+        # prints one (enough seeds).
+        for _, row in table.iterrows():
+            a = str(row["algo"])
+            if a in summaries and int(row["seeds"]) >= stats.MIN_SEEDS_FOR_CI:
+                summaries[a]["iterate_gap_ci"] = (float(row["iterate_gap_lo"]), float(row["iterate_gap_hi"]))
     best = max((s["return"] for s in summaries.values() if math.isfinite(s["return"])), default=math.nan)
     lines = [explain_sentence(a, s, meta, highest=len(summaries) > 1 and math.isclose(s["return"], best, rel_tol=0, abs_tol=1e-9))
              for a, s in summaries.items()]

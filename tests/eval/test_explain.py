@@ -108,6 +108,41 @@ def test_a_run_whose_average_iterate_keeps_the_limits_is_called_not_converged() 
     assert algo_summary(rows, META)["unconverged"] == 0
 
 
+def _cycling_ppo_lag(seeds: int) -> pd.DataFrame:
+    """ppo-lag as the demo leaves it at 300k steps: every final policy on the hazard short cut
+    (hazard 0.98, fuel 2.05, return 1.0: violation (0.98 - 0.2)/0.2 = 3.9, score -3.9), while its
+    training tail swings between routes (hazard 0.35, fuel 4.5, return 1.3, over the hazard limit
+    too: violation 0.75, tail score -0.75); no seed's average iterate keeps the limits."""
+    return pd.DataFrame([
+        {**_run("ppo-lag", s, 1.0, 0.98, 2.05, 0.02, 1.0), "score": -3.9, "tail_score": -0.75, "tail_feasible": False,
+         "final_return": 1.3, "final_cost_hazard": 0.35, "final_cost_fuel": 4.5}
+        for s in range(seeds)])
+
+
+def test_a_final_policy_clearly_below_its_average_iterate_is_called_not_converged() -> None:
+    rows = _cycling_ppo_lag(5)
+    # The paired difference score - tail_score is -3.15 on every seed; the leaderboard's
+    # bootstrap interval of its mean over the 5 seeds is then [-3.15, -3.15].
+    table = pd.DataFrame({"algo": ["ppo-lag"], "rank": [1], "seeds": [5], "feasible_seeds": [0], "score": [-3.9],
+                          "iterate_gap_lo": [-3.15], "iterate_gap_hi": [-3.15]})
+    lb = SimpleNamespace(runs=rows, per_task={META.task: table}, not_ranked={})
+    assert explain_task(lb, META) == [
+        "ppo-lag: return 1 against R* = 1.2; breaks the hazard limit on 5/5 seeds (hazard 0.98 per episode against "
+        "0.2, 98% of episodes over it); not converged at its budget: its final policy scores -3.9 against -0.75 "
+        "for its average iterate (the last 20% of training: return 1.3, hazard 0.35, fuel 4.5 per episode), a "
+        "difference whose 95% interval over seeds, [-3.15, -3.15], lies below 0."]
+    # An interval that reaches 0 says nothing: the seeds' spread allows no difference.
+    table.loc[0, "iterate_gap_hi"] = 0.0
+    assert "not converged" not in explain_task(lb, META)[0]
+    # Fewer than MIN_SEEDS_FOR_CI seeds: the leaderboard prints no interval, the sentence claims nothing.
+    table.loc[0, ["iterate_gap_hi", "seeds"]] = [-3.15, 4]
+    four = SimpleNamespace(runs=_cycling_ppo_lag(4), per_task={META.task: table}, not_ranked={})
+    assert "not converged" not in explain_task(four, META)[0]
+    # A reference policy has no training to converge.
+    s = {**algo_summary(rows, META), "iterate_gap_ci": (-3.15, -3.15)}
+    assert "not converged" not in explain_sentence("ref", s, META, reference=True)
+
+
 def test_sentences_in_rank_order_then_references() -> None:
     lines = explain_task(_lb(["cgrpo", "grpo-screw", "ppo"]), META)
     assert lines == [
