@@ -13,8 +13,9 @@ where seeds whose final policy is not within the limits have an average iterate 
 tail, the last 20% of iterations: ``tail_feasible``) that is; and, where there is no such seed,
 where the final policy scores below its average iterate by more than the seeds' spread
 allows: the leaderboard's 95% bootstrap interval over seeds of the paired difference
-``mean_seeds(score - tail_score)`` lies below 0 (with at least ``MIN_SEEDS_FOR_CI`` seeds). A learner whose dual ascent swings its policy across a limit is then not read as one
-that settles on the wrong side of it. The other direction (a final policy better than its
+``mean_seeds(score - tail_score)`` lies below 0 (with at least ``MIN_SEEDS_FOR_CI`` seeds).
+A learner whose dual ascent swings its policy across a limit is then not read as one that
+settles on the wrong side of it. The other direction (a final policy better than its
 training tail) is ordinary progress and not flagged. "highest return" marks the ranked
 algorithm(s) with the largest ``R``.
 
