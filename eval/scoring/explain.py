@@ -91,11 +91,9 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
         "unconverged": int(((g["feasibility"] != "feasible") & tail_ok).sum()),
         "unconverged_return": (mean_of("final_return", (g["feasibility"] != "feasible") & tail_ok)
                                if "final_return" in g else math.nan),
-        # The average iterate over all seeds (the training tail's means) and both policies' scores:
-        # what the sentence quotes when the final policy scores clearly below its average iterate.
-        "score": _mean(g["score"].astype(float).tolist()) if "score" in g else math.nan,
-        "tail_score": _mean(g["tail_score"].astype(float).tolist()) if "tail_score" in g else math.nan,
-        "tail_return": _mean(g["final_return"].astype(float).tolist()) if "final_return" in g else math.nan,
+        # The average iterate's mean costs over all seeds (the leaderboard's table has its return
+        # and score, not its costs): what the sentence quotes when the final policy scores
+        # clearly below its average iterate.
         "tail_cost": {k: _mean(g[f"final_cost_{k}"].astype(float).tolist()) for k in names if f"final_cost_{k}" in g},
     }
 
@@ -132,18 +130,18 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
     if not parts:  # neither feasible, broken nor undetermined: not reachable
         parts.append("breaks a limit")
     m = int(summary.get("unconverged", 0))
-    gap = summary.get("iterate_gap_ci")
+    gap = summary.get("iterate_gap")  # the leaderboard row's numbers, where it prints an interval
     if m and not reference:
         parts.append(f"not converged on {m}/{n} seeds: there its average iterate (the last 20% of training) keeps "
                      f"{_limits_word(len(meta.constraints))}, return {_g(float(summary['unconverged_return']))}, "
                      "while its final policy is not shown within them")
-    elif gap is not None and float(gap[1]) < 0 and not reference:
-        tail = ", ".join([f"return {_g(float(summary['tail_return']))}"]
+    elif gap is not None and gap["hi"] < 0 and not reference:
+        tail = ", ".join([f"return {_g(gap['tail_return'])}"]
                          + [f"{k} {_g(float(v))}" for k, v in summary.get("tail_cost", {}).items()])
-        parts.append(f"not converged at its budget: its final policy scores {_g(float(summary['score']))} against "
-                     f"{_g(float(summary['tail_score']))} for its average iterate (the last 20% of training: {tail} "
-                     f"per episode), a difference whose 95% interval over seeds, [{_g(float(gap[0]))}, "
-                     f"{_g(float(gap[1]))}], lies below 0")
+        parts.append(f"not converged at its budget: its final policy scores {_g(gap['score'])} against "
+                     f"{_g(gap['tail_score'])} for its average iterate (the last 20% of training: {tail} "
+                     f"per episode), a difference whose 95% interval over seeds, [{_g(gap['lo'])}, "
+                     f"{_g(gap['hi'])}], lies below 0")
     kept = f"within {_limits_word(len(meta.constraints))} on {f}/{n} seeds; " if f else ""
     return f"{name}: {head}; {kept}{'; '.join(parts)}."
 
@@ -155,16 +153,18 @@ def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
         return []
     is_ref = runs["reference"].astype(bool) if "reference" in runs else pd.Series(False, index=runs.index)
     ranked, refs = runs[~is_ref], runs[is_ref]
-    order = lb.per_task[meta.task]["algo"].astype(str).tolist() if meta.task in lb.per_task else sorted(ranked["algo"].unique())
-    summaries = {a: algo_summary(ranked[ranked["algo"] == a], meta) for a in order}
     table = lb.per_task.get(meta.task)
-    if table is not None and {"iterate_gap_lo", "iterate_gap_hi"} <= set(table.columns):
+    order = table["algo"].astype(str).tolist() if table is not None else sorted(ranked["algo"].unique())
+    summaries = {a: algo_summary(ranked[ranked["algo"] == a], meta) for a in order}
+    gap_columns = ("iterate_gap_lo", "iterate_gap_hi", "score", "tail_score", "tail_return")
+    if table is not None and set(gap_columns) <= set(table.columns):
         # The leaderboard's interval of the paired difference final - average iterate, where it
-        # prints one (enough seeds).
+        # prints one (enough seeds), with the two scores and the average iterate's return it shows.
         for _, row in table.iterrows():
-            a = str(row["algo"])
-            if a in summaries and int(row["seeds"]) >= stats.MIN_SEEDS_FOR_CI:
-                summaries[a]["iterate_gap_ci"] = (float(row["iterate_gap_lo"]), float(row["iterate_gap_hi"]))
+            if int(row["seeds"]) >= stats.MIN_SEEDS_FOR_CI:
+                lo, hi, score, tail_score, tail_return = (float(row[c]) for c in gap_columns)
+                summaries[str(row["algo"])]["iterate_gap"] = {"lo": lo, "hi": hi, "score": score,
+                                                              "tail_score": tail_score, "tail_return": tail_return}
     best = max((s["return"] for s in summaries.values() if math.isfinite(s["return"])), default=math.nan)
     lines = [explain_sentence(a, s, meta, highest=len(summaries) > 1 and math.isclose(s["return"], best, rel_tol=0, abs_tol=1e-9))
              for a, s in summaries.items()]

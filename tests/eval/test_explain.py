@@ -124,7 +124,7 @@ def test_a_final_policy_clearly_below_its_average_iterate_is_called_not_converge
     # The paired difference score - tail_score is -3.15 on every seed; the leaderboard's
     # bootstrap interval of its mean over the 5 seeds is then [-3.15, -3.15].
     table = pd.DataFrame({"algo": ["ppo-lag"], "rank": [1], "seeds": [5], "feasible_seeds": [0], "score": [-3.9],
-                          "iterate_gap_lo": [-3.15], "iterate_gap_hi": [-3.15]})
+                          "tail_score": [-0.75], "tail_return": [1.3], "iterate_gap_lo": [-3.15], "iterate_gap_hi": [-3.15]})
     lb = SimpleNamespace(runs=rows, per_task={META.task: table}, not_ranked={})
     assert explain_task(lb, META) == [
         "ppo-lag: return 1 against R* = 1.2; breaks the hazard limit on 5/5 seeds (hazard 0.98 per episode against "
@@ -139,7 +139,8 @@ def test_a_final_policy_clearly_below_its_average_iterate_is_called_not_converge
     four = SimpleNamespace(runs=_cycling_ppo_lag(4), per_task={META.task: table}, not_ranked={})
     assert "not converged" not in explain_task(four, META)[0]
     # A reference policy has no training to converge.
-    s = {**algo_summary(rows, META), "iterate_gap_ci": (-3.15, -3.15)}
+    s = {**algo_summary(rows, META),
+         "iterate_gap": {"lo": -3.15, "hi": -3.15, "score": -3.9, "tail_score": -0.75, "tail_return": 1.3}}
     assert "not converged" not in explain_sentence("ref", s, META, reference=True)
 
 
