@@ -644,7 +644,8 @@ def build_leaderboard(
     ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
     reasons_by_task = comparability(runs_ranked)
     preamble = (
-        f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs['algo'].nunique()} algorithm(s).",
+        f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
+        + (f" and {ref_runs['algo'].nunique()} reference policies." if len(ref_runs) else "."),
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
         "algorithm of a task, sampling its actions (the primary evaluation); its greedy (mode) policy and the "
         "average iterate (the last 20% of training iterations) are reported beside it.",

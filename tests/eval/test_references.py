@@ -58,6 +58,8 @@ def test_references_are_shown_but_never_ranked(tmp_path: Path):
     assert list(lb.per_task[meta.task]["algo"]) == ["cgrpo_toy_agent:ToyAgent"]
     md = render_markdown(lb)
     assert "| ref | ref-optimal |" in md and "| ref | ref-random |" in md
+    # the runs' count (3), and the algorithms counted apart from the references
+    assert "3 runs, 1 task(s), 1 ranked algorithm(s) and 2 reference policies." in md
     assert list(lb.overall["gridworld"]["algo"]) == ["cgrpo_toy_agent:ToyAgent"]
     assert bool(lb.runs.set_index("algo").loc["ref-optimal", "reference"])
     assert np.isfinite(lb.runs.set_index("algo").loc["ref-optimal", "score"])
