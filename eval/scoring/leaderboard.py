@@ -41,6 +41,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 import pandas as pd
@@ -240,10 +241,20 @@ def seeds_to_separate(pairs: int, alpha: float = SEPARATION_ALPHA) -> int:
     return n
 
 
-def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> list[dict[str, object]]:
+class _Records(tuple):
+    """Read-only records kept in ``DataFrame.attrs``, which ``copy.deepcopy`` returns as they are:
+    pandas deep-copies ``attrs`` into every frame derived from one (each column access), and a
+    task's 300 pair records copied that way cost more than the tests that made them."""
+
+    def __deepcopy__(self, memo: dict) -> "_Records":
+        return self
+
+
+def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> _Records:
     """One record per tested pair (a < b): the mean difference, its p-value and Holm-adjusted p."""
-    return [{"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1], "p_holm": diff[(a, b)][2],
-             "separated": _separated(diff, a, b)} for a, b in pairs if (a, b) in diff]
+    return _Records(MappingProxyType({"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1],
+                                      "p_holm": diff[(a, b)][2], "separated": _separated(diff, a, b)})
+                    for a, b in pairs if (a, b) in diff)
 
 
 def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:

@@ -81,16 +81,26 @@ def test_leaderboard_regenerates_byte_for_byte(tmp_path: Path) -> None:
     )
 
     # Twice, with one and with two BLAS threads: what is written must not depend on the
-    # machine's summation order.
+    # machine's summation order. The two run side by side (the suite runs one test at a time,
+    # so the second core is otherwise idle), each into its own folder.
+    procs = {}
     for threads in ("1", "2"):
         env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-        proc = subprocess.run(
-            [*cgrpo_command(), "leaderboard", "results/standard", "--out", "results", "--quiet",
+        procs[threads] = subprocess.Popen(
+            [*cgrpo_command(), "leaderboard", "results/standard", "--out", f"out-{threads}", "--quiet",
              *(["--table"] if "results.csv" in outputs else [])],
-            cwd=tmp_path, capture_output=True, text=True, timeout=550, env=env,
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )
-        assert proc.returncode == 0, f"cgrpo leaderboard results/standard failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
-        _compare(outputs, dest, threads)
+    try:
+        for threads, proc in procs.items():
+            _, stderr = proc.communicate(timeout=550)
+            assert proc.returncode == 0, f"cgrpo leaderboard results/standard failed ({proc.returncode}):\n{stderr[-4000:]}"
+            _compare(outputs, tmp_path / f"out-{threads}", threads)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 def _compare(outputs: set[str], dest: Path, threads: str) -> None:
