@@ -38,7 +38,7 @@ import html
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -244,17 +244,23 @@ def seeds_to_separate(pairs: int, alpha: float = SEPARATION_ALPHA) -> int:
 class _Records(tuple):
     """Read-only records kept in ``DataFrame.attrs``, which ``copy.deepcopy`` returns as they are:
     pandas deep-copies ``attrs`` into every frame derived from one (each column access), and a
-    task's 300 pair records copied that way cost more than the tests that made them."""
+    task's 300 pair records copied that way cost more than the tests that made them. They pickle
+    as plain dicts, so a frame that carries them still pickles."""
+
+    def __new__(cls, records: Iterable[Mapping[str, object]]) -> "_Records":
+        return super().__new__(cls, (MappingProxyType(dict(r)) for r in records))
 
     def __deepcopy__(self, memo: dict) -> "_Records":
         return self
 
+    def __reduce__(self) -> tuple[type, tuple[list[dict[str, object]]]]:
+        return (_Records, ([dict(r) for r in self],))
+
 
 def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> _Records:
     """One record per tested pair (a < b): the mean difference, its p-value and Holm-adjusted p."""
-    return _Records(MappingProxyType({"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1],
-                                      "p_holm": diff[(a, b)][2], "separated": _separated(diff, a, b)})
-                    for a, b in pairs if (a, b) in diff)
+    return _Records({"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1], "p_holm": diff[(a, b)][2],
+                     "separated": _separated(diff, a, b)} for a, b in pairs if (a, b) in diff)
 
 
 def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +59,10 @@ def test_ranking_is_return_subject_to_satisfaction():
     # 2/12,870 for each of the 6 pairs, times Holm's 6 at most: every pair is separated.
     assert list(ranked["rank"]) == [1, 2, 3, 4]
     assert set(lb.pairs.loc[lb.pairs["scope"] == META.task, "p"]) == {2 / 12_870}
+    # The pair records ride in the table's attrs: a derived frame shares them, and the table pickles.
+    assert ranked[["algo"]].attrs["pair_tests"] is ranked.attrs["pair_tests"]
+    again = pickle.loads(pickle.dumps(ranked))
+    assert [dict(r) for r in again.attrs["pair_tests"]] == [dict(r) for r in ranked.attrs["pair_tests"]]
     assert list(ranked["verdict"]) == ["yes", "uncertain", "uncertain", "no"]
     assert list(ranked["feasible_seeds"]) == [8, 0, 0, 0]
     assert list(ranked["undetermined_seeds"]) == [0, 8, 8, 0]
