@@ -12,8 +12,9 @@ deterministic)``, ``save(path)`` and ``load(path)``; see :class:`Agent`.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -26,6 +27,12 @@ from constrained_grpo.schema import LOG_REQUIRED_KEYS, flatten_record
 __all__ = [
     "AgentSpec",
     "Agent",
+    "AgentContractError",
+    "AgentMethods",
+    "OPTIONAL_METHODS",
+    "OptionalAgentMethods",
+    "agent_methods",
+    "check_agent_class",
     "EvalResult",
     "LOG_REQUIRED_KEYS",
     "WARMSTART_CACHE_ENV",
@@ -76,7 +83,13 @@ class EvalResult:
 
 @runtime_checkable
 class Agent(Protocol):
-    """What every registered algorithm offers."""
+    """What every registered algorithm offers (Contract 2).
+
+    Besides these three, the harness uses the optional methods of :data:`OPTIONAL_METHODS`
+    where an agent defines them, called exactly as their signatures there say; an algorithm
+    whose method of one of those names takes other arguments is refused when it is
+    registered, imported or built (:func:`check_agent_class`).
+    """
 
     def learn(self, total_env_steps: int, log: Callable[[dict[str, Any]], None] | None = None) -> Any:
         """Train for ``total_env_steps`` env steps, calling ``log(record)`` every iteration."""
@@ -86,6 +99,134 @@ class Agent(Protocol):
 
     def save(self, path: str | Path) -> None:
         """Write weights (safe format) and config under ``path``."""
+
+
+class OptionalAgentMethods(Protocol):
+    """The optional evaluation methods, with the signatures the harness calls them by.
+
+    ``act(obs, deterministic)``: the action for one observation (the mode when
+    ``deterministic``); the harness evaluates a control task through it (or ``act_batch``).
+    ``act_batch(obs, deterministic, uniforms)``: actions for a batch ``(B, ...)``; a sampled
+    action is the inverse transform of the episode's draws ``uniforms`` ``(B, D)``, so that an
+    episode does not depend on its batch (:mod:`constrained_grpo.sampling`).
+    ``begin_episodes(reset_seeds)``: the next ``act_batch`` rows start episodes with these
+    reset seeds (a mixture picks its member per episode from them).
+    ``seed_evaluation(seed)``: restart the generator that ``act(obs, False)`` samples with.
+    ``evaluate(n_episodes, deterministic, seed=...)``: a text agent's evaluation over the
+    harness's problem seeds (the ``seed`` keyword is what makes it the harness's).
+    ``wrap_eval_env(env)`` / ``wrap_eval_vec_env(vec)``: the evaluation env (or its batched
+    twin) with the observations the policy needs beyond the task's own (Saute's budget).
+    """
+
+    def act(self, obs: Any, deterministic: bool = True) -> Any: ...
+
+    def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray: ...
+
+    def begin_episodes(self, reset_seeds: np.ndarray) -> None: ...
+
+    def seed_evaluation(self, seed: int) -> None: ...
+
+    def wrap_eval_env(self, env: Any) -> Any: ...
+
+    def wrap_eval_vec_env(self, vec: Any) -> Any: ...
+
+
+#: Every method the harness calls, with the call it makes: ``(positional args, keyword args)``
+#: as placeholders that :func:`check_agent_class` binds against the method's signature.
+OPTIONAL_METHODS: dict[str, tuple[tuple[str, ...], tuple[str, ...], str]] = {
+    "learn": (("total_env_steps", "log"), (), "learn(total_env_steps, log)"),
+    "save": (("path",), (), "save(path)"),
+    "evaluate": (("n_episodes",), ("deterministic",), "evaluate(n_episodes, deterministic=...)"),
+    "act": (("obs",), ("deterministic",), "act(obs, deterministic=...)"),
+    "act_batch": (("obs", "deterministic", "uniforms"), (), "act_batch(obs, deterministic, uniforms)"),
+    "begin_episodes": (("reset_seeds",), (), "begin_episodes(reset_seeds)"),
+    "seed_evaluation": (("seed",), (), "seed_evaluation(seed)"),
+    "wrap_eval_env": (("env",), (), "wrap_eval_env(env)"),
+    "wrap_eval_vec_env": (("vec",), (), "wrap_eval_vec_env(vec)"),
+}
+
+
+class AgentContractError(TypeError):
+    """An algorithm's method cannot be called as the harness calls it (one line, naming it)."""
+
+
+@dataclass(frozen=True)
+class AgentMethods:
+    """The methods of one agent that the harness may call, each ``None`` where the agent
+    lacks it; built by :func:`agent_methods`, which checks every signature first."""
+
+    act: Callable[..., Any] | None
+    act_batch: Callable[..., np.ndarray] | None
+    evaluate: Callable[..., EvalResult] | None
+    seeded_evaluate: bool  # evaluate takes the harness's ``seed=`` (a text agent)
+    begin_episodes: Callable[[np.ndarray], None] | None
+    seed_evaluation: Callable[[int], None] | None
+    wrap_eval_env: Callable[[Any], Any] | None
+    wrap_eval_vec_env: Callable[[Any], Any] | None
+
+
+def _binds(fn: Callable[..., Any], args: Sequence[str], kwargs: Sequence[str]) -> bool:
+    try:
+        inspect.signature(fn).bind(*args, **{k: None for k in kwargs})
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): trust it
+        return True
+    return True
+
+
+def check_agent_class(cls: type, name: str | None = None) -> None:
+    """Refuse, in one line, a class whose method named as one of :data:`OPTIONAL_METHODS`
+    cannot be called as the harness calls it; ``name`` is the algorithm's name for the message."""
+    label = name or f"{cls.__module__}:{cls.__qualname__}"
+    for method, (args, kwargs, call) in OPTIONAL_METHODS.items():
+        fn = getattr(cls, method, None)
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise AgentContractError(f"algorithm {label}: {method} is not a method; define it as {call} or rename it")
+        bound = fn if isinstance(inspect.getattr_static(cls, method, None), (staticmethod, classmethod)) else _unbound(fn)
+        if not _binds(bound, args, kwargs):
+            raise AgentContractError(
+                f"algorithm {label}: {cls.__qualname__}.{method}{_signature(fn)} cannot be called as the harness "
+                f"calls it, {call}; change its parameters to match or rename the method"
+            )
+
+
+def _unbound(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function of a class, with ``self`` bound to a placeholder."""
+    import functools
+
+    return functools.partial(fn, None) if inspect.isfunction(fn) else fn
+
+
+def _signature(fn: Callable[..., Any]) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def agent_methods(agent: Any) -> AgentMethods:
+    """The harness's view of ``agent``: its optional methods, each checked against
+    :data:`OPTIONAL_METHODS` (a wrong signature is a one-line ``TypeError``)."""
+    check_agent_class(type(agent))
+
+    def get(method: str) -> Callable[..., Any] | None:
+        fn = getattr(agent, method, None)
+        return fn if callable(fn) else None
+
+    evaluate = get("evaluate")
+    return AgentMethods(
+        act=get("act"),
+        act_batch=get("act_batch"),
+        evaluate=evaluate,
+        seeded_evaluate=evaluate is not None and _binds(evaluate, ("n_episodes",), ("deterministic", "seed")),
+        begin_episodes=get("begin_episodes"),
+        seed_evaluation=get("seed_evaluation"),
+        wrap_eval_env=get("wrap_eval_env"),
+        wrap_eval_vec_env=get("wrap_eval_vec_env"),
+    )
 
 
 @dataclass(frozen=True)
@@ -134,7 +275,10 @@ def register_agent(
     acts_on_text: bool = False,
     override: bool = False,
 ) -> AgentSpec:
-    """Register an algorithm; registering the same spec twice is a no-op."""
+    """Register an algorithm; registering the same spec twice is a no-op. A class given as
+    the entry point has its optional methods' signatures checked here (:func:`check_agent_class`)."""
+    if isinstance(entry_point, type):
+        check_agent_class(entry_point, name)
     spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units,
                      reference, acts_on_text)
     old = _REGISTRY.get(name)
@@ -178,9 +322,12 @@ def load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any
         raise ValueError(f"entry point {entry_point!r} is not of the form 'package.module:name'")
     module = importlib.import_module(module_name)
     try:
-        return getattr(module, attr)
+        target = getattr(module, attr)
     except AttributeError:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if isinstance(target, type):
+        check_agent_class(target, entry_point)
+    return target
 
 
 def agent_spec(name: str) -> AgentSpec:
@@ -205,7 +352,9 @@ def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
     spec = agent_spec(name)
     factory = load_entry_point(spec.entry_point)
     merged = merge_options(spec.defaults, config)
-    return factory(env_id, seed=seed, **merged)
+    agent = factory(env_id, seed=seed, **merged)
+    check_agent_class(type(agent), name)  # a factory's product: its class is first seen here
+    return agent
 
 
 def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
-from constrained_grpo.registry import EvalResult
+from constrained_grpo.registry import AgentContractError, EvalResult
 from constrained_grpo.schema import TaskMeta
 
 __all__ = ["FinalStepCosts", "check_task_id", "ensure_tasks_registered", "import_user_modules", "known_task_ids", "split_task_id", "task_info", "task_meta", "make_env", "make_vec_env", "rollout_episodes", "task_constraints"]
@@ -48,6 +48,8 @@ def import_user_modules(modules: Sequence[str] = ()) -> list[str]:
                 f"--import {name}: cannot import it ({err}); put its folder on PYTHONPATH "
                 "(e.g. PYTHONPATH=. cgrpo ...) or install it"
             ) from None
+        except AgentContractError as err:  # an algorithm it registers breaks the agent contract
+            raise ImportError(f"--import {name}: {err}") from None
     if names:
         os.environ[IMPORT_ENV] = ",".join(names)
     return names

@@ -29,7 +29,6 @@ evaluation (nothing is thrown away), and the plan depends on their spread, not t
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -39,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
-from constrained_grpo.registry import EvalResult
+from constrained_grpo.registry import EvalResult, agent_methods
 from constrained_grpo.sampling import episode_seed, episode_uniforms, noise_dims
 from constrained_grpo.schema import EVAL_POLICIES
 from constrained_grpo.tasks import make_env, make_vec_env, task_info
@@ -302,34 +301,29 @@ def evaluate_agent(
         if episodes is not None:
             check_eval_size(int(episodes), cons, "--eval-episodes")
         text = isinstance(env.observation_space, gym.spaces.Text)
-        evaluate = getattr(agent, "evaluate", None)
-        seeded_evaluate = callable(evaluate) and "seed" in inspect.signature(evaluate).parameters
-        act = getattr(agent, "act", None)
-        act_batch = getattr(agent, "act_batch", None)
-        wrap = getattr(agent, "wrap_eval_env", None)
-        wrap_vec = getattr(agent, "wrap_eval_vec_env", None)
-        if not ((text and seeded_evaluate) or (not text and (callable(act) or callable(act_batch)))):
-            if not callable(evaluate):
+        methods = agent_methods(agent)  # the declared optional methods, signatures checked
+        evaluate, act, act_batch = methods.evaluate, methods.act, methods.act_batch
+        wrap, wrap_vec = methods.wrap_eval_env, methods.wrap_eval_vec_env
+        if not ((text and methods.seeded_evaluate) or (not text and (act is not None or act_batch is not None))):
+            if evaluate is None:
                 raise TypeError(f"{type(agent).__name__} has neither act(obs, deterministic) nor evaluate(n, deterministic) (Contract 2)")
             n = int(episodes) if episodes is not None else plan_episodes(cons, power=plan.power, cap=plan.cap)
             rule = _rule(episodes, plan, 0)
             return {"deterministic": evaluate(n, deterministic=True)}, EvalProtocol(n, None, ("deterministic",), "agent", None, False, rule)
-        if not text and callable(wrap):  # observations the policy needs beyond the task's own
+        if not text and wrap is not None:  # observations the policy needs beyond the task's own
             env = wrap(env)
-        use_batched = (not text and callable(act_batch) and (not callable(wrap) or callable(wrap_vec))
+        use_batched = (not text and act_batch is not None and (wrap is None or wrap_vec is not None)
                        and (info.batched_eval if batched is None else bool(batched)))
 
         def make_vec(b: int) -> Any:
             vec = make_vec_env(task, b, **kwargs)
-            return wrap_vec(vec) if callable(wrap_vec) else vec
+            return wrap_vec(vec) if wrap_vec is not None else vec
 
-        begin = getattr(agent, "begin_episodes", None)
-        begin = begin if callable(begin) else None
-        seed_evaluation = getattr(agent, "seed_evaluation", None)
-        seed_evaluation = seed_evaluation if callable(seed_evaluation) else None
+        begin = methods.begin_episodes
+        seed_evaluation = methods.seed_evaluation
         seeded = True
         if not text:
-            if callable(act_batch):
+            if act_batch is not None:
                 dims = noise_dims(env.action_space)
                 seeded = sampling_is_seeded(
                     env, lambda s: begin(np.array([s], dtype=np.int64)) if begin is not None else None,
@@ -339,14 +333,14 @@ def evaluate_agent(
                                             lambda o, s, t: act(o, deterministic=False), first_seed)
             if not seeded:
                 warnings.warn(UnseededEvaluationWarning(
-                    _unseeded_message(agent, first_seed, callable(act_batch), seed_evaluation is not None)), stacklevel=2)
+                    _unseeded_message(agent, first_seed, act_batch is not None, seed_evaluation is not None)), stacklevel=2)
 
         def play(policy: str, start: int, count: int) -> EvalResult:
             det = policy == "deterministic"
             seeds = list(range(first_seed + start, first_seed + start + count))
             if text:
                 return _forked(first_seed + start, lambda: evaluate(count, deterministic=det, seed=first_seed + start))
-            if callable(act_batch):
+            if act_batch is not None:
                 if use_batched:
                     return play_batched(make_vec, act_batch, det, seeds, k, begin=begin)
                 return play_serial(env, act_batch, det, seeds, k, begin=begin)
@@ -374,7 +368,7 @@ def evaluate_agent(
         elif not seeded:
             sampler = "unseeded"
         else:
-            sampler = "episode-uniforms" if callable(act_batch) else "episode-generator"
+            sampler = "episode-uniforms" if act_batch is not None else "episode-generator"
         return results, EvalProtocol(n, first_seed, EVAL_POLICIES, "harness", sampler, use_batched, _rule(episodes, plan, pilot))
     finally:
         env.close()
