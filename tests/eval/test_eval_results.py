@@ -278,6 +278,7 @@ def test_a_folder_of_several_experiments_names_the_one_to_rank(toy_results: Path
     assert len(load_results(tmp_path / "standard").table)  # one experiment loads as before
 
 
+@pytest.mark.timeout(120)  # reading /dev/zero or a huge file whole would hang: the marker fails it
 @pytest.mark.parametrize("damage", ["dev_zero", "nested", "outside_link", "huge"])
 def test_results_files_are_read_from_regular_files_of_bounded_size(results_copy: Path, tmp_path: Path, damage: str):
     """A link to /dev/zero used to hang the leaderboard (1.9 GB and growing); 200,000 nested
@@ -304,10 +305,9 @@ def test_results_files_are_read_from_regular_files_of_bounded_size(results_copy:
         with open(run / "progress.csv", "ab") as fh:
             fh.truncate(loader.MAX_CSV_BYTES + 1)
         expected = r"progress\.csv has [\d,]+ bytes, over the [\d,]+ a results file may have"
-    start = time.perf_counter()
     with pytest.raises(ResultsError, match=expected) as info:
         load_results(results_copy)
-    assert time.perf_counter() - start < 30 and "\n" not in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def _set(file: Path, keys: tuple[str, ...], value) -> None:

@@ -152,21 +152,19 @@ def test_math_functions_score_like_the_env():
     assert length(prompts=rows["prompt"], completions=chats, completion_ids=[[1, 2, 3], [1, 2, 3, 4], []], **kwargs) == [0.0, 1.0, 0.0]
 
 
+@pytest.mark.timeout(60)
 def test_math_rewards_read_only_a_number_alone_and_bound_the_answer_column():
     """Issue 35: ``#### 9^2`` and the like were read as 9 and earned reward 1 on "What is 3 + 6?",
     and a dataset answer 1e1000000000 ran Fraction() for minutes; the TRL rewards score through
     the env's extractor (``score_row``), so they refuse both as the env does."""
-    import time
-
     correct = math_task("Math/ChainSum-v0").reward_funcs()[0]
     texts = ["#### 9^2", "#### 9 + 1", "#### 9!", "#### 9^9^9^9", "#### 9 plus 1", "#### 9"]
     n = len(texts)
     rows = {"prompts": ["What is 3 + 6?"] * n, "answer": ["9"] * n, "reduced": [False] * n, "uid": ["q"] * n}
     assert correct(completions=texts, **rows) == [0.0] * (n - 1) + [1.0]
-    start = time.perf_counter()
+    # A refusal rather than minutes of Fraction(): the timeout marker fails a hang.
     with pytest.raises(ValueError, match=r"answer '1e1000000000' is not a number literal \(\|exponent\| <= 100\)"):
         correct(prompts=["What is 3 + 6?"], completions=["#### 9"], answer=["1e1000000000"], reduced=[False], uid=["q"])
-    assert time.perf_counter() - start < 1.0
 
 
 def test_datasets_from_jsonl_and_reasoning_gym(tmp_path):
