@@ -120,6 +120,8 @@ class GRPOAgent:
         )
         self.constraints = self.adapter.constraints
         self.policy = self.adapter.make_policy(cfg.hidden_sizes, cfg.activation, cfg.init_log_std)
+        if hasattr(self.policy, "closed_form"):  # a categorical policy: linear ones have the fast path
+            self.policy.closed_form = cfg.closed_form
         self.trainer = GRPOTrainer(cfg, self.adapter, self.policy, torch.Generator().manual_seed(self.seed + 1))
         self._eval_env = None
         self._eval_generator = torch.Generator().manual_seed(cfg.eval_seed)

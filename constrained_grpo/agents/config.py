@@ -82,6 +82,12 @@ class GRPOConfig:
     ratio per sample (GSPO)."""
     loss_agg: str = "token"
     """Averaging of per-step terms: ``token`` (DAPO), ``sequence`` (GRPO), ``sum`` (Dr. GRPO)."""
+    closed_form: bool = True
+    """A linear softmax policy (``hidden_sizes=()``, the gridworld standard) rolls out in numpy
+    and takes its policy step in closed form: the gradient of :func:`~constrained_grpo.agents.
+    losses.policy_loss` written out (:func:`~constrained_grpo.agents.losses.linear_categorical_grads`)
+    with its own Adam step, equal to the autograd path to float32 round-off (tested). ``False``
+    runs the readable path (``policy_loss``, ``loss.backward()``, ``torch.optim.Adam``) on any policy."""
     neg_adv_veto: bool = False
     """Mu-GRPO's negative-advantage veto (arXiv 2605.17570): for A < 0, drop the steps after
     the first step whose ratio leaves the trust region."""

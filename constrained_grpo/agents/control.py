@@ -62,12 +62,16 @@ class CategoricalMLPPolicy(nn.Module):
     def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh"):
         super().__init__()
         self.net = mlp(obs_dim, hidden_sizes, num_actions, activation)
+        #: Whether a linear policy takes the closed-form fast path (``GRPOConfig.closed_form``).
+        self.closed_form = True
 
     @property
     def linear_layer(self) -> nn.Linear | None:
-        """The policy's only layer when it is linear (``hidden_sizes=()``), else None: the
-        trainer then updates it with :func:`~constrained_grpo.agents.losses.linear_categorical_grads`."""
-        return self.net[0] if len(self.net) == 1 and isinstance(self.net[0], nn.Linear) else None
+        """The policy's only layer when it is linear (``hidden_sizes=()``) and the closed form is
+        on, else None: the adapter then samples in numpy and the trainer updates it with
+        :func:`~constrained_grpo.agents.losses.linear_categorical_grads` and its own Adam step."""
+        linear = len(self.net) == 1 and isinstance(self.net[0], nn.Linear)
+        return self.net[0] if linear and self.closed_form else None
 
     def log_probs_all(self, obs: torch.Tensor) -> torch.Tensor:
         """``log pi(. | s)`` over the actions, ``[..., A]``."""

@@ -292,27 +292,26 @@ def test_custom_task_outside_the_table_gets_the_control_agent() -> None:
         task_info("NoSuchTask-v0")
 
 
-def test_linear_policy_fast_path_matches_the_autograd_path(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_linear_policy_fast_path_matches_the_autograd_path() -> None:
     """A linear policy's numpy rollout and closed-form update give what the torch path gives.
 
     Same seed, same groups: the rollouts agree exactly on actions, masks, returns and
     costs (the same uniform draws pick the same actions) and on log pi_old to float32
     round-off; one update (2 epochs x 2 minibatches of Adam) moves the weights alike.
+    ``closed_form=False`` is the config flag that selects the readable path.
     """
     from constrained_grpo.agents.advantages import compute_advantages
-    from constrained_grpo.agents.control import CategoricalMLPPolicy
 
     options = {**QUICK, "hidden_sizes": (), "kl_coef": 0.05}
     fast = constrained_grpo.make_agent("cgrpo", TINY, seed=3, **options)
-    slow = constrained_grpo.make_agent("cgrpo", TINY, seed=3, **options)
-    assert fast.policy.linear_layer is not None
+    slow = constrained_grpo.make_agent("cgrpo", TINY, seed=3, closed_form=False, **options)
+    assert fast.policy.linear_layer is not None and slow.policy.linear_layer is None
+    assert fast.config.closed_form and not slow.config.closed_form
     cfg = fast.config
     for _ in range(2):  # the second rollout starts where the first left the random stream
         batch_fast = fast.adapter.collect(fast.policy, cfg.num_groups, cfg.group_size)
-        with monkeypatch.context() as patch:
-            patch.setattr(CategoricalMLPPolicy, "linear_layer", property(lambda self: None))
-            with torch.no_grad():
-                batch_slow = slow.adapter.collect(slow.policy, cfg.num_groups, cfg.group_size)
+        with torch.no_grad():
+            batch_slow = slow.adapter.collect(slow.policy, cfg.num_groups, cfg.group_size)
         assert batch_slow.mask.shape[1] > 8  # longer than one block of uniform draws
     mask = batch_slow.mask
     np.testing.assert_array_equal(batch_fast.mask.numpy(), mask.numpy())
@@ -324,9 +323,7 @@ def test_linear_policy_fast_path_matches_the_autograd_path(monkeypatch: pytest.M
     adv = compute_advantages(batch_slow.components, slow.trainer.lambdas, cfg.advantage_spec)
     adv_t = torch.as_tensor(adv.reshape(-1), dtype=torch.float32)
     stats_fast = fast.trainer._update(batch_fast, adv_t)
-    with monkeypatch.context() as patch:
-        patch.setattr(CategoricalMLPPolicy, "linear_layer", property(lambda self: None))
-        stats_slow = slow.trainer._update(batch_slow, adv_t)
+    stats_slow = slow.trainer._update(batch_slow, adv_t)
     for p_fast, p_slow in zip(fast.policy.parameters(), slow.policy.parameters()):
         np.testing.assert_allclose(p_fast.detach().numpy(), p_slow.detach().numpy(), atol=2e-6)
     moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(fast.policy.parameters(), fast.trainer.reference.parameters()))
