@@ -601,13 +601,16 @@ def load_agent(path: str | Path) -> BaselineAgent:
 
 
 def make_baseline(name: str, env_id: str, seed: int = 0, **config: Any) -> BaselineAgent:
-    """Build baseline ``name`` (a key of :data:`BASELINES`): its preset, then ``config``."""
+    """Build baseline ``name`` (a key of :data:`BASELINES`): the agent of
+    :func:`resolve_baseline_config`, built by :func:`baseline_from_resolved`."""
+    return baseline_from_resolved(name, env_id, seed, resolve_baseline_config(name, env_id, **config))
+
+
+def _spec(name: str) -> BaselineSpec:
     try:
-        spec = BASELINES[name]
+        return BASELINES[name]
     except KeyError:
         raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
-    agent_cls = getattr(spec.config_cls, "agent_class", lambda: BaselineAgent)()
-    return agent_cls(env_id, seed, _config(spec, config, env_id), name=name)
 
 
 def _config(spec: BaselineSpec, config: Mapping[str, Any], env_id: str) -> PPOConfig:
@@ -620,23 +623,27 @@ def _config(spec: BaselineSpec, config: Mapping[str, Any], env_id: str) -> PPOCo
 
 
 def resolve_baseline_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
-    """The configuration ``make_baseline(name, env_id, **config)`` builds, as JSON values,
-    without building the agent: ``{"kind": "baseline", "algo", "config"}``, with ``n_envs``,
-    ``n_steps`` and ``batch_size`` resolved for the env path the task gets (``vec_env``).
-    Raises the config's one-line error for a misspelled option or a bad value."""
-    try:
-        spec = BASELINES[name]
-    except KeyError:
-        raise KeyError(f"unknown baseline {name!r}; choose one of {sorted(BASELINES)}") from None
-    cfg = _config(spec, config, env_id)
+    """The whole configuration of baseline ``name`` on ``env_id``, as JSON values, without
+    building the agent: ``{"kind": "baseline", "algo", "config"}``, with ``n_envs``, ``n_steps``
+    and ``batch_size`` resolved for the env path the task gets (``vec_env``). Raises the
+    config's one-line error for a misspelled option or a bad value."""
+    cfg = _config(_spec(name), config, env_id)
     return {"kind": "baseline", "algo": name, "config": cfg.resolved(use_batched_env(env_id, cfg)).to_dict()}
+
+
+def baseline_from_resolved(name: str, env_id: str, seed: int, resolved: Mapping[str, Any]) -> BaselineAgent:
+    """The agent of a configuration :func:`resolve_baseline_config` gave (or ``config.json`` recorded)."""
+    spec = _spec(name)
+    agent_cls = getattr(spec.config_cls, "agent_class", lambda: BaselineAgent)()
+    return agent_cls(env_id, seed, spec.config_cls.from_dict(resolved["config"]), name=name)
 
 
 @dataclass(frozen=True)
 class BaselineFactory:
-    """The registry entry point of the :data:`BASELINES` row ``name``: calling it is
-    ``make_baseline(name, env_id, seed, **config)``, and ``resolve_config(env_id, **config)``
-    (read by ``registry.resolve_config``) is ``resolve_baseline_config(name, env_id, **config)``.
+    """The registry entry point of the :data:`BASELINES` row ``name`` (a
+    :class:`~constrained_grpo.registry.ConfiguredFactory`): calling it is
+    ``make_baseline(name, env_id, seed, **config)``; ``resolve_config`` and ``from_resolved``
+    are :func:`resolve_baseline_config` and :func:`baseline_from_resolved` of the row.
     Frozen, so that registering the same row twice registers an equal spec (a no-op)."""
 
     name: str
@@ -646,6 +653,9 @@ class BaselineFactory:
 
     def resolve_config(self, env_id: str, **config: Any) -> dict[str, Any]:
         return resolve_baseline_config(self.name, env_id, **config)
+
+    def from_resolved(self, env_id: str, seed: int, resolved: Mapping[str, Any]) -> BaselineAgent:
+        return baseline_from_resolved(self.name, env_id, seed, resolved)
 
 
 def register_baselines() -> None:

@@ -35,7 +35,10 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from constrained_grpo.registry import ResolvedConfig
 
 __all__ = ["main", "parse_config_args"]
 
@@ -248,13 +251,13 @@ def _writable_dir(path: Path, option: str) -> None:
         raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
 
 
-def _resolve(algo: str, task: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The run's whole configuration (``registry.resolve_config``), or a one-line error
+def _resolve(algo: str, task: str, config: dict[str, Any]) -> "ResolvedConfig":
+    """The run's whole configuration (``registry.resolve``), or a one-line error
     naming the option, before any folder is made or any run starts."""
-    from constrained_grpo.registry import resolve_config
+    from constrained_grpo.registry import resolve
 
     try:
-        resolved = resolve_config(algo, task, **config)
+        resolved = resolve(algo, task, **config)
     except (ValueError, TypeError) as err:
         raise CliError(f"--config for {algo} on {task}: {err}") from None
     if config.get("env_kwargs") or config.get("limits") is not None:
@@ -473,7 +476,7 @@ def _cmd_algos(args: argparse.Namespace) -> int:
         agent_spec(args.name)
         if args.task is None:
             raise CliError(f"cgrpo algos {args.name} needs --task ID: the configuration depends on the task's family")
-        print(json.dumps(_resolve(args.name, args.task, {}), indent=2, sort_keys=True))
+        print(json.dumps(_resolve(args.name, args.task, {}).to_dict(), indent=2, sort_keys=True))
         return 0
     names = list_agents()
     if not names:
@@ -567,7 +570,7 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
 
     algo = agent_spec(args.algo)  # unknown algorithm: a clear error before anything is written
     _check_acts_on(args.algo, algo, args.task)
-    _resolve(args.algo, args.task, config)  # misspelled or mistyped options too
+    resolved = _resolve(args.algo, args.task, config)  # misspelled or mistyped options too
     spec = RunSpec(args.task, args.algo, args.seed, args.steps, args.eval_episodes, config, not args.no_save)
     meta = run_meta(spec, task_meta(args.task))  # the limits (and optimum) the run trains with
     try:
@@ -587,7 +590,7 @@ def _cmd_train(args: argparse.Namespace, config: dict[str, Any]) -> int:
     remove = storage.add_record_hook(_ProgressLines(spec.steps, meta.limits)) if not args.quiet else None
     try:
         stage = None if args.quiet else (lambda line: print(f"[cgrpo train] {line}", file=sys.stderr, flush=True))
-        outcome = execute_run(spec, args.out, meta=meta, on_stage=stage)
+        outcome = execute_run(spec, args.out, meta=meta, on_stage=stage, resolved=resolved)
     finally:
         if remove is not None:
             remove()

@@ -23,7 +23,7 @@ like any run, on the same episodes. The leaderboard shows their rows without a r
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +180,11 @@ def make_ref_safe_driver(env_id: str, seed: int = 0, **config: Any) -> Reference
     return ReferenceAgent(env_id, seed, policy="safe-driver", **config)
 
 
+def _from_resolved(env_id: str, seed: int, resolved: Mapping[str, Any]) -> ReferenceAgent:
+    """The reference of a configuration its resolver gave (or ``config.json`` recorded)."""
+    return ReferenceAgent(env_id, seed, policy=resolved["policy"], **resolved["config"])
+
+
 def _resolver(policy: str) -> Callable[..., dict[str, Any]]:
     def resolve(env_id: str, **config: Any) -> dict[str, Any]:
         """The reference's options, checked by name: ``episodes``, ``env_kwargs``, ``limits``."""
@@ -193,6 +198,7 @@ def _resolver(policy: str) -> Callable[..., dict[str, Any]]:
 for _factory, _policy in ((make_ref_random, "random"), (make_ref_optimal, "optimal"), (make_ref_unconstrained, "unconstrained"),
                           (make_ref_safe_driver, "safe-driver")):
     _factory.resolve_config = _resolver(_policy)  # type: ignore[attr-defined]
+    _factory.from_resolved = _from_resolved  # type: ignore[attr-defined]
 
 for _name, (_policy, _description) in REFERENCES.items():
     register_agent(_name, f"constrained_grpo.references:make_{_name.replace('-', '_')}", description=_description,
@@ -213,13 +219,16 @@ class WarmStartReference:
         **text_options: the text agent's options (``preset``, ``lm``, ``env_kwargs``, ``limits``, ...).
     """
 
-    def __init__(self, env_id: str, seed: int = 0, *, episodes: int = 64, **text_options: Any) -> None:
+    def __init__(self, env_id: str, seed: int = 0, *, episodes: int = 64, resolved_text: Mapping[str, Any] | None = None,
+                 **text_options: Any) -> None:
         if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
             raise ValueError(f"episodes={episodes!r} must be an integer >= 1")
-        from constrained_grpo.agents.text_agent import make_text_grpo_agent
+        from constrained_grpo.agents.text_agent import make_text_grpo_agent, text_from_resolved
 
         self.env_id, self.seed, self.episodes = env_id, int(seed), episodes
-        self.agent = make_text_grpo_agent(env_id, seed, algo="grpo", **text_options)
+        # resolved_text: the text agent's resolved configuration (_resolve_warmstart), built as is.
+        self.agent = (text_from_resolved(env_id, seed, resolved_text) if resolved_text is not None
+                      else make_text_grpo_agent(env_id, seed, algo="grpo", **text_options))
         self.agent.algo = "ref-warmstart"
         self.constraints = self.agent.constraints
 
@@ -260,7 +269,14 @@ def _resolve_warmstart(env_id: str, **config: Any) -> dict[str, Any]:
     return {"kind": "reference", "policy": "warmstart", "config": {"episodes": episodes, **text}}
 
 
+def _warmstart_from_resolved(env_id: str, seed: int, resolved: Mapping[str, Any]) -> WarmStartReference:
+    config = dict(resolved["config"])
+    episodes = config.pop("episodes")
+    return WarmStartReference(env_id, seed, episodes=episodes, resolved_text=config)
+
+
 make_ref_warmstart.resolve_config = _resolve_warmstart  # type: ignore[attr-defined]
+make_ref_warmstart.from_resolved = _warmstart_from_resolved  # type: ignore[attr-defined]
 register_agent("ref-warmstart", "constrained_grpo.references:make_ref_warmstart",
                description="reference: the math task's warm-started language model, no GRPO update (unranked)",
                constrained=False, reference=True, acts_on_text=True)

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -27,6 +28,10 @@ from constrained_grpo.schema import LOG_REQUIRED_KEYS, flatten_record
 __all__ = [
     "AgentSpec",
     "Agent",
+    "ConfiguredFactory",
+    "ResolvedConfig",
+    "build_agent",
+    "resolve",
     "AgentContractError",
     "AgentMethods",
     "OPTIONAL_METHODS",
@@ -343,33 +348,87 @@ def agent_spec(name: str) -> AgentSpec:
     )
 
 
-def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
-    """Build the agent registered as ``name`` for task ``env_id``.
+@runtime_checkable
+class ConfiguredFactory(Protocol):
+    """A factory that resolves a configuration before building (every built-in family):
+    ``resolve_config(env_id, **options)`` gives the whole configuration as JSON values, and
+    ``from_resolved(env_id, seed, resolved)`` builds the agent from exactly that mapping."""
 
-    ``config`` overrides the spec's defaults; the factory validates it (a misspelled
-    option is an error).
-    """
+    def __call__(self, env_id: str, seed: int = 0, **config: Any) -> Any: ...
+
+    def resolve_config(self, env_id: str, **config: Any) -> dict[str, Any]: ...
+
+    def from_resolved(self, env_id: str, seed: int, resolved: Mapping[str, Any]) -> Any: ...
+
+
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A run's whole configuration, resolved once from its layers (the algorithm's registered
+    defaults, its variant, its task family's and task's rows, the preset, the user's overrides):
+    the one value an agent is built from (:func:`build_agent`) and what ``config.json`` records
+    under ``algo.resolved`` (:meth:`to_dict`). ``values`` is read-only; :meth:`to_dict` gives a copy."""
+
+    algo: str
+    env_id: str
+    values: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", _frozen(self.values))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The configuration as plain (mutable) dicts and lists."""
+        return _thawed(self.values)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
+def resolve(name: str, env_id: str, **config: Any) -> ResolvedConfig:
+    """The whole configuration of algorithm ``name`` on ``env_id`` with the user's ``config``,
+    validated without building the agent (a misspelled option or a value of the wrong type
+    raises the agent's one-line error). A :class:`ConfiguredFactory` resolves it; for any other
+    factory the spec's defaults under the options given are the configuration."""
     spec = agent_spec(name)
     factory = load_entry_point(spec.entry_point)
     merged = merge_options(spec.defaults, config)
-    agent = factory(env_id, seed=seed, **merged)
-    check_agent_class(type(agent), name)  # a factory's product: its class is first seen here
+    if isinstance(factory, ConfiguredFactory):
+        return ResolvedConfig(name, env_id, dict(factory.resolve_config(env_id, **merged)))
+    return ResolvedConfig(name, env_id, {"kind": "custom", "config": merged})
+
+
+def build_agent(resolved: ResolvedConfig, seed: int = 0) -> Agent:
+    """The agent of ``resolved`` with ``seed``: built from that configuration and nothing else."""
+    factory = load_entry_point(agent_spec(resolved.algo).entry_point)
+    if isinstance(factory, ConfiguredFactory):
+        agent = factory.from_resolved(resolved.env_id, seed, resolved.to_dict())
+    else:
+        agent = factory(resolved.env_id, seed=seed, **resolved.to_dict()["config"])
+    check_agent_class(type(agent), resolved.algo)  # a factory's product: its class is first seen here
     return agent
 
 
-def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
-    """The whole configuration ``make_agent(name, env_id, **config)`` would build, as JSON
-    values, validated without building the agent (a misspelled option or a value of the
-    wrong type raises the agent's one-line error).
+def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
+    """Build the agent registered as ``name`` for task ``env_id``: :func:`build_agent` of
+    :func:`resolve` (``config`` overrides the spec's defaults; a misspelled option is an error)."""
+    return build_agent(resolve(name, env_id, **config), seed)
 
-    The factory resolves it when it offers ``factory.resolve_config(env_id, **options)``
-    (every built-in family does); otherwise the options as given are the configuration.
-    """
-    spec = agent_spec(name)
-    factory = load_entry_point(spec.entry_point)
-    merged = merge_options(spec.defaults, config)
-    resolver = getattr(factory, "resolve_config", None)
-    return dict(resolver(env_id, **merged)) if callable(resolver) else {"config": merged}
+
+def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
+    """:func:`resolve` as plain JSON values (what ``cgrpo algos NAME --task ID`` prints)."""
+    return resolve(name, env_id, **config).to_dict()
 
 
 def validate_log_record(record: Mapping[str, Any], num_constraints: int | None = None) -> None:

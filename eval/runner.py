@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints, override_limits
-from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, agent_spec, make_agent, resolve_config
+from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, ResolvedConfig, agent_spec, build_agent, resolve, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, IMPLEMENTATION_DEFAULTS, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
 from constrained_grpo.eval import storage
@@ -284,8 +284,10 @@ def portable_command(command: str, root: str | Path) -> str:
     return shlex.join(portable(arg) for arg in shlex.split(command))
 
 
-def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The content of ``config.json``: the run, its task, the algorithm, versions, commit, command.
+def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mapping[str, Any] | None = None,
+               resolved: ResolvedConfig | None = None) -> dict[str, Any]:
+    """The content of ``config.json``: the run, its task, the algorithm (``resolved``, the
+    configuration the agent is built from; resolved here when not given), versions, commit, command.
 
     Nothing in it names a path of this machine, so that results stay valid when moved:
     ``command`` reruns the run from the results root (``--out .``), and ``invoked_as`` has
@@ -312,8 +314,8 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "constrained": spec_info.constrained,
             "lambda_in_reward_units": spec_info.lambda_in_reward_units,
             "reference": spec_info.reference,
-            # What make_agent builds from defaults, variant, family table, preset and overrides.
-            "resolved": resolve_config(spec.algo, spec.task, **spec.config),
+            # What the agent is built from: defaults, variant, family table, preset and overrides.
+            "resolved": (resolved if resolved is not None else resolve(spec.algo, spec.task, **spec.config)).to_dict(),
             "defaults": dict(spec_info.defaults),
             "config": dict(spec.config),
         },
@@ -423,6 +425,7 @@ def execute_run(
     on_progress: Callable[[int], None] | None = None,
     recorded_out: str | Path | None = None,
     on_stage: Callable[[str], None] | None = None,
+    resolved: ResolvedConfig | None = None,
 ) -> RunOutcome:
     """Train, evaluate and save one run into ``spec.run_dir(out)``.
 
@@ -431,7 +434,9 @@ def execute_run(
     every log record (for progress bars), ``on_stage(line)`` as the final evaluation
     starts and ends (for a console: evaluating can take longer than training). A failure is caught, its traceback written to
     ``error.txt`` and returned in the outcome. ``recorded_out`` is the results root named
-    in the rerun command (default ``out``; a Ray task writes to a scratch ``out``).
+    in the rerun command (default ``out``; a Ray task writes to a scratch ``out``). ``resolved``
+    is the run's configuration when the caller has resolved it already (``cgrpo train``); it is
+    resolved once here otherwise, recorded in ``config.json`` and the agent built from it.
     """
     start = time.perf_counter()
     path = spec.run_dir(out)
@@ -448,7 +453,7 @@ def execute_run(
             storage.clear_run_dir(path)
             try:
                 _execute(spec, out if recorded_out is None else recorded_out, path, meta, provenance, attempt, on_progress,
-                         start, on_stage)
+                         start, on_stage, resolved)
             except Exception:
                 tb = traceback.format_exc()
                 storage.atomic_write_text(path / ERROR_FILE, f"attempt {attempt}\n{tb}")
@@ -478,10 +483,15 @@ def _execute(
     on_progress: Callable[[int], None] | None,
     start: float,
     on_stage: Callable[[str], None] | None = None,
+    resolved: ResolvedConfig | None = None,
 ) -> None:
     meta = run_meta(spec, meta)
     names = meta.constraint_names
-    storage.atomic_write_json(path / CONFIG_FILE, run_config(spec, out, meta, provenance))
+    if resolved is None:
+        resolved = resolve(spec.algo, spec.task, **spec.config)
+    elif (resolved.algo, resolved.env_id) != (spec.algo, spec.task):
+        raise ValueError(f"the resolved configuration is {resolved.algo} on {resolved.env_id}, the run {spec.algo} on {spec.task}")
+    storage.atomic_write_json(path / CONFIG_FILE, run_config(spec, out, meta, provenance, resolved))
     storage.atomic_write_json(
         path / RUNNING_FILE,
         {"pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt, "started_unix": time.time()},
@@ -493,7 +503,7 @@ def _execute(
     # parts, algo and seed below root.
     root = Path(path).parents[len([p for p in spec.task.split("/") if p]) + 1]
     with _environ(WARMSTART_CACHE_ENV, str(root / WARMSTART_DIR)):
-        agent = make_agent(spec.algo, spec.task, seed=spec.seed, **spec.config)
+        agent = build_agent(resolved, spec.seed)
     _limit_threads()
 
     def report(row: Mapping[str, Any]) -> None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,11 +100,14 @@ class GRPOAgent:
             top of the preset and :func:`control_defaults` (a ``multiplier`` dict merges).
     """
 
-    def __init__(self, env_id: str, seed: int = 0, preset: str = "standard", algo: str = "cgrpo", **options: Any):
+    def __init__(self, env_id: str, seed: int = 0, preset: str = "standard", algo: str = "cgrpo", *,
+                 config: GRPOConfig | None = None, **options: Any):
         self.env_id = env_id
         self.seed = int(seed)
         self.algo = algo
-        self.config: GRPOConfig = control_config(env_id, preset, **options)
+        if config is not None and options:
+            raise ValueError(f"give a resolved config or options, not both (options {sorted(options)})")
+        self.config: GRPOConfig = config if config is not None else control_config(env_id, preset, **options)
         cfg = self.config
         if cfg.num_threads > 0:
             # Small MLPs run fastest single-threaded, and the machine is shared.
@@ -266,37 +269,24 @@ class GRPOAgent:
 
 
 def make_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> "GRPOAgent | TextGRPOAgent":
-    """Registry entry point (``make_agent("cgrpo", env_id, seed, **config)``).
+    """Registry entry point (``make_agent("cgrpo", env_id, seed, **config)``): the agent of
+    :func:`resolve_grpo_config`, built by :func:`grpo_from_resolved`.
 
     A task of a text family (``Family.text``, e.g. ``Math/ChainSum-v0``) gets a
     :class:`~constrained_grpo.agents.text_agent.TextGRPOAgent` (its ``preset`` names a
     :data:`~constrained_grpo.agents.text_agent.TEXT_PRESETS` row, and it also takes
     ``lm={...}``); any other task a :class:`GRPOAgent`.
-
-    The registry merges a variant's defaults with the user's options shallowly; here a
-    user's ``multiplier={...}`` is merged *into* the variant's multiplier options, so
-    ``make_agent("grpo-screw", ..., multiplier={"lr": 0.1})`` keeps the variant's rule.
     """
-    from constrained_grpo.agents.variants import VARIANTS
-
-    if is_text_task(env_id):
-        from constrained_grpo.agents.text_agent import make_text_grpo_agent
-
-        return make_text_grpo_agent(env_id, seed=seed, **config)
-    if "lm" in config:
-        raise ValueError(
-            f"lm={config['lm']!r} configures a language-model policy, but {env_id!r} is a "
-            f"{task_info(env_id).family.name!r} task, which does not take text; drop the lm option"
-        )
-    algo = config.get("algo", "cgrpo")
-    variant = VARIANTS[algo].options if algo in VARIANTS else {}
-    return GRPOAgent(env_id, seed=seed, **merge_options(variant, config))
+    return grpo_from_resolved(env_id, seed, resolve_grpo_config(env_id, **config))
 
 
 def resolve_grpo_config(env_id: str, **config: Any) -> dict[str, Any]:
-    """The configuration ``make_grpo_agent(env_id, **config)`` builds, as JSON values, without
-    building the agent: ``{"kind", "algo", "preset", "config"}`` (and ``"lm"`` on text tasks).
-    Raises the agent's own one-line error for a misspelled option or a value of the wrong type."""
+    """The whole configuration of a GRPO variant on ``env_id``, as JSON values, without building
+    the agent: ``{"kind", "algo", "preset", "config"}`` (and ``"lm"`` on text tasks). ``algo``
+    picks the row of :data:`~constrained_grpo.agents.variants.VARIANTS` whose options lie under
+    the user's; a user's ``multiplier={...}`` merges *into* the variant's, so
+    ``make_agent("grpo-screw", ..., multiplier={"lr": 0.1})`` keeps the variant's rule. Raises the
+    agent's own one-line error for a misspelled option or a value of the wrong type."""
     from constrained_grpo.agents.variants import VARIANTS
 
     if is_text_task(env_id):
@@ -315,7 +305,17 @@ def resolve_grpo_config(env_id: str, **config: Any) -> dict[str, Any]:
     return {"kind": "control", "algo": algo, "preset": preset, "config": control_config(env_id, preset, **options).to_dict()}
 
 
+def grpo_from_resolved(env_id: str, seed: int, resolved: Mapping[str, Any]) -> "GRPOAgent | TextGRPOAgent":
+    """The agent of a configuration :func:`resolve_grpo_config` gave (or ``config.json`` recorded)."""
+    if resolved.get("kind") == "text":
+        from constrained_grpo.agents.text_agent import text_from_resolved
+
+        return text_from_resolved(env_id, seed, resolved)
+    return GRPOAgent(env_id, seed=seed, algo=resolved["algo"], config=GRPOConfig.from_dict(resolved["config"]))
+
+
 make_grpo_agent.resolve_config = resolve_grpo_config  # type: ignore[attr-defined]
+make_grpo_agent.from_resolved = grpo_from_resolved  # type: ignore[attr-defined]
 
 
 def load_agent(path: str | Path) -> "GRPOAgent | TextGRPOAgent":

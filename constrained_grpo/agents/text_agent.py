@@ -211,13 +211,20 @@ class TextGRPOAgent:
         preset: str = "standard",
         algo: str = "cgrpo",
         lm: Mapping[str, Any] | LMConfig | None = None,
+        *,
+        config: GRPOConfig | None = None,
         **options: Any,
     ):
         self.env_id = env_id
         self.seed = int(seed)
         self.algo = algo
         self.preset = preset
-        self.config, self.lm = text_config(preset, lm, **options)
+        if config is not None:
+            if options or not isinstance(lm, LMConfig):
+                raise ValueError("a resolved config comes with its LMConfig and no further options")
+            self.config, self.lm = config, lm
+        else:
+            self.config, self.lm = text_config(preset, lm, **options)
         cfg = self.config
         if cfg.final_policy != "last":
             raise ValueError(
@@ -338,14 +345,20 @@ def resolve_text_config(env_id: str, **config: Any) -> dict[str, Any]:
 
 
 def make_text_grpo_agent(env_id: str, seed: int = 0, **config: Any) -> TextGRPOAgent:
-    """Entry point for a GRPO variant on a text task (same options as ``make_grpo_agent``).
+    """Entry point for a GRPO variant on a text task (same options as ``make_grpo_agent``):
+    the agent of :func:`resolve_text_config`, built by :func:`text_from_resolved`.
 
     ``algo`` selects the row of :data:`~constrained_grpo.agents.variants.VARIANTS` whose
     options apply (``cgrpo`` by default); explicit options override them, and a
     ``multiplier={...}`` dict is merged into the variant's multiplier options.
     """
-    algo, options = _text_options(config)
-    return TextGRPOAgent(env_id, seed=seed, algo=algo, **options)
+    return text_from_resolved(env_id, seed, resolve_text_config(env_id, **config))
+
+
+def text_from_resolved(env_id: str, seed: int, resolved: Mapping[str, Any]) -> TextGRPOAgent:
+    """The text agent of a configuration :func:`resolve_text_config` gave (or ``config.json`` recorded)."""
+    return TextGRPOAgent(env_id, seed=seed, preset=resolved["preset"], algo=resolved["algo"],
+                         lm=LMConfig().updated(resolved["lm"]), config=GRPOConfig.from_dict(resolved["config"]))
 
 
 def load_text_agent(path: str | Path) -> TextGRPOAgent:
