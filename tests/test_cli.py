@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from constrained_grpo.cli import CliError, parse_config_args
+from inprocess import run_cgrpo
 
 HERE = Path(__file__).resolve().parent
 TOY = "cgrpo_toy_agent:ToyAgent"
@@ -20,14 +21,20 @@ TOY_UNCONSTRAINED = "cgrpo_toy_agent:unconstrained"
 TASK = "Grid/HazardFuel3x3-v0"
 
 
-def cgrpo(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``cgrpo`` (or ``python -m constrained_grpo.cli`` where it is not on PATH)."""
+def cgrpo_subprocess(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``cgrpo`` (or ``python -m constrained_grpo.cli`` where it is not on PATH):
+    the one smoke test per verb that the entry point itself starts."""
     exe = shutil.which("cgrpo", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "constrained_grpo.cli"]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(HERE / "eval"), *filter(None, [env.get("PYTHONPATH")])])
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def cgrpo(*args: str) -> subprocess.CompletedProcess[str]:
+    """``cgrpo ARGS`` in this process (tests/inprocess.py), the toy agent importable."""
+    return run_cgrpo(*args, pythonpath=[HERE / "eval"])
 
 
 def test_parse_config_args():
@@ -40,20 +47,20 @@ def test_parse_config_args():
 
 
 def test_envs_lists_tasks_with_limits():
-    r = cgrpo("envs", "--family", "gridworld")  # other families start simulators: slow
+    r = cgrpo_subprocess("envs", "--family", "gridworld")  # other families start simulators: slow
     assert r.returncode == 0, r.stderr
     assert "Grid/HazardFuel-v0" in r.stdout and "hazard" in r.stdout and "<= 0.1" in r.stdout and "<= 12" in r.stdout
 
 
 def test_check_passes_and_unknown_id_is_a_clear_error():
-    r = cgrpo("check", TASK, "--steps", "50")
+    r = cgrpo_subprocess("check", TASK, "--steps", "50")
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
     bad = cgrpo("check", "Grid/Nope-v0")
     assert bad.returncode == 2 and "unknown task id 'Grid/Nope-v0'" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_algos_lists_the_registry():
-    r = cgrpo("algos")
+    r = cgrpo_subprocess("algos")
     assert r.returncode == 0, r.stderr
     from constrained_grpo.registry import list_agents
 
@@ -64,7 +71,7 @@ def test_algos_lists_the_registry():
 def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
     args = ("train", TASK, TOY, "--seed", "1", "--steps", "150", "--eval-episodes", "13", "--out", str(tmp_path),
             "--config.episodes_per_iter", "2", "--config.lr_lambda=0.1")
-    r = cgrpo(*args)
+    r = cgrpo_subprocess(*args)
     assert r.returncode == 0, r.stderr
     assert "final policy, 13 episodes from reset seeds 1000000+i, sampled actions" in r.stdout
     assert "vs limit 0.2" in r.stdout and "average iterate" in r.stdout
@@ -81,7 +88,7 @@ def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
 @pytest.fixture(scope="module")
 def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("bench")
-    r = cgrpo("bench", "--preset", "quick", "--tasks", TASK, "--algos", TOY, TOY_UNCONSTRAINED, "--seeds", "2",
+    r = cgrpo_subprocess("bench", "--preset", "quick", "--tasks", TASK, "--algos", TOY, TOY_UNCONSTRAINED, "--seeds", "2",
               "--steps", "150", "--eval-episodes", "13", "--workers", "2", "--no-save", "--no-progress",
               "--config.episodes_per_iter", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -97,7 +104,7 @@ def test_bench_runs_the_grid(bench_dir: Path):
 
 
 def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
-    r = cgrpo("leaderboard", str(bench_dir))
+    r = cgrpo_subprocess("leaderboard", str(bench_dir))
     assert r.returncode == 0, r.stderr
     assert "# constrained-grpo leaderboard" in r.stdout and "[95% CI]" in r.stdout
     assert not (bench_dir / "results.csv").exists()  # the long table only on request
@@ -121,7 +128,7 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
 
 
 def test_plot(bench_dir: Path):
-    r = cgrpo("plot", str(bench_dir))
+    r = cgrpo_subprocess("plot", str(bench_dir))
     assert r.returncode == 0, r.stderr
     pngs = sorted((bench_dir / "plots").glob("*.png"))
     assert len(pngs) == 4 and all(str(p) in r.stdout for p in pngs)

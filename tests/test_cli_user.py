@@ -16,6 +16,7 @@ import pytest
 
 from constrained_grpo.cli import format_progress
 from constrained_grpo.eval.monitor import metric_tags
+from inprocess import run_cgrpo
 
 HERE = Path(__file__).resolve().parent
 TUTORIAL = HERE.parent / "docs" / "tutorial.md"
@@ -23,7 +24,9 @@ TOY = "cgrpo_toy_agent:ToyAgent"
 TASK = "Grid/HazardFuel3x3-v0"
 
 
-def cgrpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def cgrpo_subprocess(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                     timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """The installed ``cgrpo`` in a child process: the smoke tests of ``eval`` and ``render``."""
     exe = shutil.which("cgrpo", path=str(Path(sys.executable).parent))
     cmd = [exe] if exe else [sys.executable, "-m", "constrained_grpo.cli"]
     full = dict(os.environ)
@@ -31,6 +34,12 @@ def cgrpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None
     full["OMP_NUM_THREADS"] = "1"
     full.update(env or {})
     return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, env=full, cwd=cwd)
+
+
+def cgrpo(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``cgrpo ARGS`` in this process (tests/inprocess.py), with the folder ``cwd`` and the toy
+    agent importable as a child process started there would have them."""
+    return run_cgrpo(*args, cwd=cwd, env=env, pythonpath=[*([cwd] if cwd is not None else []), HERE / "eval"])
 
 
 def tutorial_file(name: str) -> str:
@@ -177,7 +186,7 @@ def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Pat
     assert trained.returncode == 0, trained.stderr
     run = out / TASK / "cgrpo" / "seed_0"
     before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
-    again = cgrpo("eval", str(run))
+    again = cgrpo_subprocess("eval", str(run))
     assert again.returncode == 0, again.stderr
     # Same protocol, same reset seeds, same weights: the verdict lines are the train's, word for word.
     verdict = [line for line in trained.stdout.splitlines() if line.startswith("  ")]
@@ -185,7 +194,7 @@ def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Pat
     assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before  # the run is left as it was
 
     gif = tmp_path / "replay.gif"
-    drawn = cgrpo("render", str(run), "--out", str(gif))
+    drawn = cgrpo_subprocess("render", str(run), "--out", str(gif))
     assert drawn.returncode == 0, drawn.stderr
     from PIL import Image
 
