@@ -9,7 +9,7 @@ TORCH  := torch==2.13.0
 # extra; `make install EXTRAS=dev` gives the base package plus the test tools.
 EXTRAS ?= dev,ray,highway,math,llm,trl,tb
 
-.PHONY: install test demo bench clean safety parity
+.PHONY: install test test-fast demo bench clean safety parity
 
 install: $(STAMP)
 
@@ -20,8 +20,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
+# Every test, one worker per core (pytest-xdist; a file's tests stay on one worker, so its
+# fixtures are built once): about 5 minutes on 2 idle cores. `make test-fast` leaves out the
+# tests marked slow (sweeps, training runs, subprocesses, the tutorial): under a minute.
+TEST_WORKERS ?= auto
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 # The teaching demo, about 2 min on 2 cores after the install: constrained and unconstrained learners on
 # the 3x3 gridworld (5 seeds, with the reference policies), the coupling figure of the two

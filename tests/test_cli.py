@@ -46,6 +46,7 @@ def test_parse_config_args():
         parse_config_args(["--config.lr"])
 
 
+@pytest.mark.slow
 def test_envs_lists_tasks_with_limits():
     r = cgrpo_subprocess("envs", "--family", "gridworld")  # other families start simulators: slow
     assert r.returncode == 0, r.stderr
@@ -59,6 +60,7 @@ def test_check_passes_and_unknown_id_is_a_clear_error():
     assert bad.returncode == 2 and "unknown task id 'Grid/Nope-v0'" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_algos_lists_the_registry():
     r = cgrpo_subprocess("algos")
     assert r.returncode == 0, r.stderr
@@ -68,6 +70,7 @@ def test_algos_lists_the_registry():
         assert name in r.stdout
 
 
+@pytest.mark.slow
 def test_train_writes_a_run_and_skips_it_next_time(tmp_path: Path):
     args = ("train", TASK, TOY, "--seed", "1", "--steps", "150", "--eval-episodes", "13", "--out", str(tmp_path),
             "--config.episodes_per_iter", "2", "--config.lr_lambda=0.1")
@@ -96,6 +99,7 @@ def bench_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_bench_runs_the_grid(bench_dir: Path):
     cfg = json.loads(next(bench_dir.rglob("seed_0/config.json")).read_text())
     assert cfg["run"]["config"] == {"episodes_per_iter": 2}
@@ -103,6 +107,7 @@ def test_bench_runs_the_grid(bench_dir: Path):
     assert r.returncode == 2 and "invalid choice" in r.stderr
 
 
+@pytest.mark.slow
 def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     r = cgrpo_subprocess("leaderboard", str(bench_dir))
     assert r.returncode == 0, r.stderr
@@ -127,6 +132,7 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     assert rejected.stdout.count(str(bad)) == 1  # the path once
 
 
+@pytest.mark.slow
 def test_plot(bench_dir: Path):
     r = cgrpo_subprocess("plot", str(bench_dir))
     assert r.returncode == 0, r.stderr
@@ -134,6 +140,7 @@ def test_plot(bench_dir: Path):
     assert len(pngs) == 4 and all(str(p) in r.stdout for p in pngs)
 
 
+@pytest.mark.slow
 def test_malformed_results_get_a_clear_error(tmp_path: Path):
     r = cgrpo("leaderboard", str(tmp_path / "missing"))
     assert r.returncode == 2 and "does not exist" in r.stderr and "Traceback" not in r.stderr
@@ -267,6 +274,7 @@ def test_bench_refuses_a_bad_option_before_any_run(capsys, tmp_path: Path):
     assert not any((tmp_path / "b").rglob("config.json"))  # no run was started
 
 
+@pytest.mark.slow
 def test_train_and_bench_resolve_one_configuration_and_record_it(capsys, tmp_path: Path):
     """One (algo, task, overrides) is one configuration, whichever command runs it, and
     config.json records it whole; `cgrpo algos NAME --task ID` prints it."""

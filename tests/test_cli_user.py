@@ -49,6 +49,7 @@ def tutorial_file(name: str) -> str:
     return match.group(1)
 
 
+@pytest.mark.slow
 def test_envs_lists_a_family_that_cannot_start_with_its_fix():
     # A Safety interpreter that does not exist: the bridge cannot start, the other families still list.
     r = cgrpo("envs", env={"CGRPO_SAFETY_PYTHON": "/nonexistent/python"})
@@ -61,6 +62,7 @@ def test_envs_lists_a_family_that_cannot_start_with_its_fix():
     assert "the safety tasks cannot be made here" in r.stderr
 
 
+@pytest.mark.slow
 def test_user_task_through_import_and_module_syntax(tmp_path: Path):
     (tmp_path / "course_env.py").write_text(tutorial_file("course_env.py"))
     listed = cgrpo("envs", "--import", "course_env", "--family", "course", cwd=tmp_path)
@@ -106,6 +108,7 @@ def test_user_task_through_import_and_module_syntax(tmp_path: Path):
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
 def test_misspellings_get_did_you_mean_before_any_folder(tmp_path: Path):
     out = tmp_path / "runs"
     cases = [
@@ -132,6 +135,7 @@ def test_progress_line_numbers():
     assert eta.endswith("100 steps/s  ETA 16 min 40 s")
 
 
+@pytest.mark.slow
 def test_train_prints_progress_unless_quiet_and_writes_tensorboard(tmp_path: Path):
     tb = tmp_path / "tb"
     has_tb = importlib.util.find_spec("tensorboard") is not None  # extra [tb]
@@ -180,6 +184,7 @@ def test_every_algorithm_family_gets_the_same_tags():
     assert metric_tags({**ppo, "env_steps": 4048, "wall_s": 2.0}, limits, ppo)["steps_per_s"] == 2000.0
 
 
+@pytest.mark.slow
 def test_eval_repeats_the_train_verdict_and_render_draws_the_route(tmp_path: Path):
     out = tmp_path / "runs"
     trained = cgrpo("train", TASK, "cgrpo", "--steps", "1500", "--eval-episodes", "13", "--out", str(out), "--quiet")
@@ -249,6 +254,7 @@ def _crafted_config(config: dict, task: str = TASK) -> dict:
                                  "config": config, "save_agent": True}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "env_kwargs", "reason"), [
     # The Safety worker's interpreter and maker: a shell command run by `cgrpo eval` before this check.
     ("Safety/PointGoal1-v0", {"python": sys.executable, "maker": "os:system", "legacy_id": "touch PWNED"},
@@ -334,6 +340,7 @@ class FixedAnswer:
 '''
 
 
+@pytest.mark.slow
 def test_render_shows_a_text_task_as_its_completions(tmp_path: Path):
     (tmp_path / "fixed_answer.py").write_text(_FIXED_ANSWER)
     r = cgrpo("train", "Math/ChainSum-v0", "fixed_answer:FixedAnswer", "--steps", "16", "--eval-episodes", "53",

@@ -153,6 +153,7 @@ def test_the_cache_directory_comes_from_the_context_then_the_environment(tmp_pat
     assert warmstart_cache_dir() == tmp_path / "env"
 
 
+@pytest.mark.slow
 def test_text_agents_train_identically_from_a_cached_warm_start(tmp_path: Path, monkeypatch):
     monkeypatch.delenv("CGRPO_WARMSTART_CACHE", raising=False)
 

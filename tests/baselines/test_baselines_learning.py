@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from constrained_grpo.registry import make_agent, validate_log_record
 
@@ -37,6 +38,7 @@ def _final_fuel(records: list[dict[str, Any]]) -> float:
     return float(np.mean([r["ep_cost"][1] for r in tail]))
 
 
+@pytest.mark.slow
 def test_ppo_lagrangian_enforces_the_fuel_limit_that_ppo_breaks() -> None:
     ppo = _train("ppo")
     lag = _train("ppo-lag", **LAG_SETTINGS)

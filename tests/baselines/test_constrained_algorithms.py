@@ -176,6 +176,7 @@ def test_focops_loss_weights_and_drops_states_beyond_eta() -> None:
     assert loss.item() == pytest.approx(-0.595)
 
 
+@pytest.mark.slow
 def test_focops_target_and_its_loss_minimiser() -> None:
     # pi* = pi_old exp(A / lambda) / Z: A = (lambda ln 3, 0) on a uniform pi_old gives (3/4, 1/4).
     assert np.allclose(focops_target(np.array([0.5, 0.5]), np.array([1.5 * math.log(3), 0.0]), 1.5), [0.75, 0.25])

@@ -26,6 +26,7 @@ LAG_SETTINGS = {"cost_advantage_norm": "center", "multiplier": {"rule": "dual_as
 STEPS = 16_384
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["trpo-lag", "cpo", "pcpo", "focops", "cup", "p3o", "rcpo", "saute-ppo"])
 def test_constrained_baseline_learns_to_keep_the_fuel_limit(name: str) -> None:
     extra = {} if name == "saute-ppo" else LAG_SETTINGS

@@ -28,6 +28,7 @@ def test_pyproject_lists_no_packages_by_hand():
     assert "packages" not in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 
+@pytest.mark.slow
 def test_installed_mapping_from_another_directory(tmp_path):
     code = (
         "import importlib.util, constrained_grpo.envs, constrained_grpo.eval, constrained_grpo.baselines;"
@@ -40,6 +41,7 @@ def test_installed_mapping_from_another_directory(tmp_path):
     assert top_level_envs == "None"  # no `import envs` at top level
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_wheel_has_only_constrained_grpo(tmp_path):
     subprocess.run(

@@ -71,6 +71,7 @@ def _no_warm_start():
     torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("task", "algo"), sorted(STANDARD_RUNS), ids=lambda v: v)
 def test_the_built_agent_is_what_config_json_records(task: str, algo: str, tmp_path) -> None:
     spec = STANDARD_RUNS[task, algo]

@@ -22,16 +22,19 @@ string, ```text output atol=A rtol=R```: a printed value ``y`` matches when
 facts, LP optima, counts, pure arithmetic). docs/tutorial.md says how the tolerance was
 measured.
 
-The run (``test_tutorial_commands_run``) is made twice, side by side, each in a fresh folder: under 1
-and under 2 BLAS threads (``OMP_NUM_THREADS``, which also sizes torch's intra-op pool when
-torch is imported, ``OPENBLAS_NUM_THREADS`` for numpy's and scipy's OpenBLAS,
-``MKL_NUM_THREADS`` for torch's MKL), and both must print the shown output, ``~x`` within
-its tolerance and every other number exactly: a printed number may not depend on the order
-in which a threaded kernel sums. (Training pins torch to one intra-op thread itself, the
-harness's runner and the GRPO agents' ``num_threads``; what the variables still reach is
-numpy's and scipy's BLAS and any torch code outside an agent.) The whole tutorial runs at
-both counts, not only its training blocks, since an exact line is exactly where a thread
-count would show; that costs one more run, about a minute of CPU.
+The whole tutorial runs once (``test_tutorial_commands_run``) under 1 BLAS thread, and its
+blocks outside the sweeps once more, one after the other in a fresh folder, under 2
+(``test_tutorial_outputs_do_not_depend_on_blas_threads``: ``OMP_NUM_THREADS``, which also
+sizes torch's intra-op pool when torch is imported, ``OPENBLAS_NUM_THREADS`` for numpy's and
+scipy's OpenBLAS, ``MKL_NUM_THREADS`` for torch's MKL). Both must print the shown output,
+``~x`` within its tolerance and every other number exactly: a printed number may not depend
+on the order in which a threaded kernel sums. (Training pins torch to one intra-op thread
+itself, the harness's runner and the GRPO agents' ``num_threads``; what the variables still
+reach is numpy's and scipy's BLAS and any torch code outside an agent.) The two-thread run
+keeps every kind of output (a command's text, Python's prints, a training run's ~numbers,
+the files written) and leaves out the sweeps, which hold most of the CPU time; the two runs
+go one after the other, not side by side, so that a machine whose other core is busy
+passes them too.
 
 Select with ``pytest -m tutorial`` or by file; it is part of ``make test``.
 """
@@ -39,6 +42,7 @@ Select with ``pytest -m tutorial`` or by file; it is part of ``make test``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 import re
 import subprocess
 import sys
@@ -359,15 +363,30 @@ def test_tutorial_links_resolve() -> None:
     )
 
 
-def run_tutorial(folder: Path, threads: int) -> tuple[str | None, list[str]]:
-    """Every block of the tutorial in ``folder`` under ``threads`` BLAS threads: the first
-    failure (None when every block ran, printed its output and the files exist) and the log."""
+#: Commands of the tutorial's sweeps and of the steps that read their runs: the
+#: thread-independence check leaves them out (their outputs are of the kinds the other
+#: blocks check too, and they hold most of the tutorial's CPU time).
+SWEEP_COMMANDS: tuple[str, ...] = (
+    "cgrpo bench", "python -m constrained_grpo.eval.studies.coupling analyze", "cgrpo leaderboard runs/bench",
+    "cgrpo plot runs/bench",
+)
+
+
+def outside_sweeps(block: Block) -> bool:
+    """Whether ``block`` neither runs a sweep nor reads one's runs (:data:`SWEEP_COMMANDS`)."""
+    return not any(line.strip().startswith(SWEEP_COMMANDS) for line in block.text.splitlines())
+
+
+def run_tutorial(folder: Path, threads: int, only: Callable[[Block], bool] | None = None) -> tuple[str | None, list[str]]:
+    """The tutorial's blocks (those ``only`` keeps; every one by default) in ``folder`` under
+    ``threads`` BLAS threads: the first failure (None when every block ran and printed its
+    output, and, for the whole tutorial, the files exist) and the log."""
     env = tutorial_env(threads)
     log: list[str] = []
     blocks = _blocks()
     outputs = expected_outputs(blocks)
     for index, block in enumerate(blocks):
-        if not (block.runs or block.file):
+        if not (block.runs or block.file) or (only is not None and block.runs and not only(block)):
             continue
         start = time.perf_counter()
         proc = run_block(block, folder, env)
@@ -383,21 +402,37 @@ def run_tutorial(folder: Path, threads: int) -> tuple[str | None, list[str]]:
                 return (f"{threads} BLAS thread(s): docs/tutorial.md line {block.line}: its shown output (line "
                         f"{outputs[index].line}) says\n{wrong}\nwhich it did not print (~numbers within "
                         f"{outputs[index].tolerance}):\n--- stdout ---\n{proc.stdout[-4000:]}"), log
-    missing = [rel for rel in EXPECTED_FILES if not (folder / rel).exists()]
+    missing = [rel for rel in EXPECTED_FILES if not (folder / rel).exists()] if only is None else []
     return (f"{threads} BLAS thread(s): the tutorial's commands did not write {missing}" if missing else None), log
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_tutorial_commands_run(tmp_path: Path) -> None:
-    """The tutorial under each of ``THREAD_COUNTS``, the runs side by side (each in its own
-    folder; most blocks keep one core busy, so together they take about the time of one)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """Every block of the tutorial, in order, with one BLAS thread: each prints what the text shows."""
+    failure, log = run_tutorial(tmp_path, THREAD_COUNTS[0])
+    print("\n".join(log))
+    assert failure is None, failure
 
-    folders = [tmp_path / f"threads_{n}" for n in THREAD_COUNTS]
-    for folder in folders:
-        folder.mkdir()
-    with ThreadPoolExecutor(len(THREAD_COUNTS)) as pool:
-        results = list(pool.map(run_tutorial, folders, THREAD_COUNTS))
-    print("\n".join(line for _, log in results for line in log))
-    failures = [failure for failure, _ in results if failure]
-    assert not failures, "\n\n".join(failures)
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_tutorial_outputs_do_not_depend_on_blas_threads(tmp_path: Path) -> None:
+    """The blocks outside the sweeps (every kind of output: commands' text, Python's prints,
+    ~numbers of a training run and of the multiplier rules, files written) with two BLAS
+    threads print what the text shows too: its numbers do not hang on the summation order."""
+    failure, log = run_tutorial(tmp_path, THREAD_COUNTS[1], only=outside_sweeps)
+    print("\n".join(log))
+    assert failure is None, failure
+
+
+def test_the_thread_check_covers_every_kind_of_output() -> None:
+    """The blocks the two-thread run keeps show plain text, ~numbers and files, in both languages."""
+    blocks = _blocks()
+    outputs = expected_outputs(blocks)
+    kept = [i for i, b in enumerate(blocks) if b.runs and outside_sweeps(b)]
+    assert {blocks[i].lang for i in kept} == {"bash", "python"}
+    assert any(outputs[i].tolerance is not None for i in kept if i in outputs)  # ~numbers
+    assert any(outputs[i].tolerance is None for i in kept if i in outputs)  # exact text
+    assert any("cgrpo train" in blocks[i].text for i in kept)
+    assert len(kept) < len([b for b in blocks if b.runs])  # the sweeps are left out

@@ -166,6 +166,7 @@ def test_exact_optimum_single_constraint_and_loose_limits():
     assert loose.constrained_return == pytest.approx(1.5) and loose.binding == (False,)
 
 
+@pytest.mark.slow
 def test_optimum_matches_route_policies_8x8():
     env = make_env("Grid/HazardFuel-v0")
     model = env.unwrapped.model

@@ -67,6 +67,7 @@ def test_ids_list_without_highway_env_and_making_one_says_how_to_install():
     assert 'pip install -e ".[highway]"' in lines[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env_id", HIGHWAY_IDS)
 def test_every_id_passes_the_constrained_and_sb3_checkers(env_id):
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
@@ -274,6 +275,7 @@ def test_bad_limits_and_actions():
 
 # -- the vector twin ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_make_vec_env_uses_the_process_vector_env_and_matches_single_envs():
     # Highway/Highway-v0's make_vec_env is the batched simulator (test_highway_batched.py);
     # the process vector env is built directly here.
@@ -315,6 +317,7 @@ def test_vector_env_in_process_and_bad_arguments():
         HighwayVectorEnv(num_envs=1, num_workers=0, scenario="parking")
 
 
+@pytest.mark.slow
 def test_make_vec_env_works_in_a_program_read_from_stdin(tmp_path):
     # Issue 16: `python - <<EOF` has __main__.__file__ == "<stdin>"; the spawned workers
     # tried to re-run that path (FileNotFoundError in the child, a bare EOFError here).

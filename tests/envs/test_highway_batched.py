@@ -40,6 +40,7 @@ def test_initial_scenes_are_highway_envs():
         assert [v.lane_index[2] for v in raw.road.vehicles] == sim.lane[0].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["idle", "random"])
 def test_trajectories_equal_highway_env_for_ten_steps(policy):
     """Positions, speeds and headings of all 21 vehicles equal highway-env's to 1e-6 for
@@ -48,6 +49,7 @@ def test_trajectories_equal_highway_env_for_ten_steps(policy):
     assert sum(e >= 10 for e in equal) >= 19, equal
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "action_mode, comfort", [("discrete", None), ("continuous", None), ("discrete", "hard_brake")]
 )
@@ -123,6 +125,7 @@ def test_scene_draw_matches_rng_choice():
     assert draw_scene(seeding.np_random(3)[0])["x"].shape == (21,)
 
 
+@pytest.mark.slow
 def test_vector_env_autoreset_follows_the_task_and_groups():
     """Copy i seeded s_i follows ``HighwayTaskEnv`` reset with s_i across episode ends
     (same-step autoreset, ``final_obs``, the ending step's costs); copies 0 and 1 share a

@@ -122,6 +122,7 @@ def test_fast_network_matches_on_random_positions():
             assert net.get_closest_lane_index(p, heading) == RoadNetwork.get_closest_lane_index(net, p, heading)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scenario", SCENARIO_NAMES)
 def test_fast_and_slow_paths_give_identical_episodes(scenario):
     runs = []

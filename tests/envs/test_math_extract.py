@@ -160,6 +160,7 @@ _PIECES = st.sampled_from(
 _TEXT = st.one_of(st.text(max_size=300), st.lists(_PIECES, max_size=40).map("".join))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_TEXT)
 def test_never_raises_and_returns_fraction_or_none(text):

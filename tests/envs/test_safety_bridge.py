@@ -384,6 +384,7 @@ def test_vector_actions_are_checked_per_row(toy):
     vec.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_stopped_worker_times_out_with_a_clear_error(toy):
     env = LegacyBridgeEnv(**toy, step_timeout=1.0)

@@ -23,6 +23,8 @@ try:
 except BridgeUnavailable as exc:
     pytest.skip(f"needs the Safety-Gymnasium interpreter; run `make safety` ({exc})", allow_module_level=True)
 
+pytestmark = pytest.mark.slow  # MuJoCo tasks stepped in a second interpreter
+
 SAFETY_IDS = ("Safety/PointGoal1-v0", "Safety/CarGoal1-v0", "Safety/PointButton1-v0")
 SHORT = {"legacy_kwargs": {"max_episode_steps": 40}}  # episodes end (and autoreset) within the test
 

@@ -68,6 +68,7 @@ def _digest(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+@pytest.mark.slow
 def test_every_algorithm_on_every_task_resolves_as_recorded():
     """The digests were taken from ``resolve_config`` (what ``cgrpo algos NAME --task ID``
     prints) for all 1,584 pairs before the per-id tables were folded into the families."""

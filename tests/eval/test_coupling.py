@@ -252,6 +252,7 @@ def test_last_iterate_uses_the_sampled_eval_rows(runs_dir: Path) -> None:
     assert s["final_eval_return"] == pytest.approx(0.9) and s["final_within_limits"] and not s["final_passed"]
 
 
+@pytest.mark.slow
 def test_analyze_writes_outputs_and_summary(runs_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     paths, table, summary = coupling.analyze(runs_dir, out, verbose=False)
@@ -303,6 +304,7 @@ def test_incomplete_runs(runs_dir: Path, grid_meta) -> None:
     assert ("grpo-screw", 7) not in {(r.algo, r.seed) for r in runs} and len(runs) == 6
 
 
+@pytest.mark.slow
 def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
     from constrained_grpo.eval.scoring.loader import ResultsError
 
@@ -313,6 +315,7 @@ def test_no_runs_is_a_clear_error(tmp_path: Path) -> None:
     assert r.returncode == 2 and "cgrpo bench --preset coupling" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_smoke(runs_dir: Path, tmp_path: Path) -> None:
     """Both commands end to end in a subprocess, with a tiny batch."""
     demo = subprocess.run(

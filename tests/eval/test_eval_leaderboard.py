@@ -144,6 +144,7 @@ def test_check_rejects_unreadable_files(tmp_path: Path):
         check_submission(tmp_path / "missing.csv")
 
 
+@pytest.mark.slow
 def test_plots_are_written(toy_results: Path, tmp_path: Path):
     res = load_results(toy_results)
     paths = make_plots(res.table, res.tasks, tmp_path)

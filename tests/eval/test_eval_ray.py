@@ -20,6 +20,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+pytestmark = pytest.mark.slow  # a Ray cluster starts in each test
+
 ray = pytest.importorskip("ray", reason="the Ray backend needs the [ray] extra: pip install 'constrained-grpo[ray]'")
 
 from cgrpo_toy_agent import TASK, TOY, subprocess_env  # noqa: E402

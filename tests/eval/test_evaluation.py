@@ -31,6 +31,7 @@ def _same(a, b) -> bool:
     return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("returns", "costs", "lengths"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("algo", "task", "n"), [
     ("cgrpo", "Grid/HazardFuel-v0", 120),        # linear policy on one-hot cells
     ("cgrpo", "Grid/HazardFuelCoords-v0", 100),  # an MLP
@@ -50,6 +51,7 @@ def test_batched_and_serial_evaluations_play_the_same_episodes(algo: str, task: 
     assert len(np.unique(batched["sampled"].lengths)) > 1 or algo != "ref-random"
 
 
+@pytest.mark.slow
 def test_highway_batched_twin_plays_highway_envs_episodes():
     """The two paths themselves (the verdict's minimum count is not the point here)."""
     pytest.importorskip("highway_env")
@@ -135,6 +137,7 @@ GRID_TASKS = ["Grid/Fuel-v0", "Grid/HazardFuel-v0", "Grid/HazardFuelMud-v0", "Gr
               "Grid/HazardFuelCumulative-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelCoords-v0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", GRID_TASKS)
 def test_the_exact_optimum_is_within_and_scores_one_at_the_planned_evaluation(tmp_path: Path, task: str):
     """Acceptance: ``ref-optimal`` through the harness at the family's plan is within its limits
@@ -151,6 +154,7 @@ def test_the_exact_optimum_is_within_and_scores_one_at_the_planned_evaluation(tm
     assert row["eval_episodes"] >= (6_534 if any(c.indicator for c in meta.constraints) else 1_000)
 
 
+@pytest.mark.slow
 def test_a_saute_run_at_the_planned_evaluation_is_batched_and_reevaluated_alike(tmp_path: Path):
     """Saute's policy acts on its remaining budgets, and the harness still plays its planned
     evaluation on the batched twin (its wrapper tracks each row's budgets); ``cgrpo eval`` of
@@ -172,6 +176,7 @@ def test_a_saute_run_at_the_planned_evaluation_is_batched_and_reevaluated_alike(
         assert again[column] == recorded[column], column
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["Grid/HazardFuelSlip-v0", "Grid/HazardFuelCoords-v0"])
 def test_the_optimal_policys_lookup_table_equals_its_per_state_probabilities(task: str):
     from constrained_grpo.tasks import make_vec_env

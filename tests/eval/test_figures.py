@@ -51,6 +51,7 @@ def test_the_standard_board_draws_each_algorithm_in_its_own_colour_and_keeps_the
     assert len(set(more.values())) == len(PALETTE)
 
 
+@pytest.mark.slow
 def test_an_algorithm_has_one_colour_in_every_task_s_figures(toy_results: Path):
     # Task A ran pid-lag and crpo, task B crpo and ppo-lag-al. crpo's hashed colour is
     # pid-lag's fixed one: per task, crpo would be drawn in it on B and moved on A.
@@ -112,6 +113,7 @@ def _figures(monkeypatch: pytest.MonkeyPatch, toy_results: Path, tmp_path: Path,
     return kept
 
 
+@pytest.mark.slow
 def test_limit_tolerance_and_lambda_star_lines(monkeypatch: pytest.MonkeyPatch, toy_results: Path, tmp_path: Path):
     figs = _figures(monkeypatch, toy_results, tmp_path, {})
     curves = figs["Grid_HazardFuel3x3-v0_curves.png"].axes
@@ -132,6 +134,7 @@ def test_limit_tolerance_and_lambda_star_lines(monkeypatch: pytest.MonkeyPatch, 
     plt.close("all")
 
 
+@pytest.mark.slow
 def test_coupling_figures_name_their_task_share_colours_and_clip_bands(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     from constrained_grpo.constraints import Constraint
     from constrained_grpo.eval.studies import coupling
@@ -268,6 +271,7 @@ def _legibility_problems(name: str, fig: plt.Figure, captioned: bool = True) -> 
     return problems
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["toy", "synthetic_3M", "synthetic_250k"])
 def test_figures_are_legible(source: str, toy_results: Path):
     if source == "toy":
@@ -283,6 +287,7 @@ def test_figures_are_legible(source: str, toy_results: Path):
     assert not problems, "\n".join(problems[:30])
 
 
+@pytest.mark.slow
 def test_markers_have_equal_area_whatever_their_shape():
     table, tasks = _synthetic(3_000_000)
     fig = next(f for n, f in _built(table, tasks).items() if n.endswith("return_vs_violation.png"))
@@ -308,6 +313,7 @@ def test_wilson_interval_by_hand():
     assert hi[2] == pytest.approx(1.0) and lo[2] == pytest.approx(1 - 0.27753, abs=1e-4)
 
 
+@pytest.mark.slow
 def test_indicator_costs_get_the_wilson_band_of_the_mean_over_seeds(toy_results: Path):
     res = load_results(toy_results)
     rows = res.table[(res.table["kind"] == "train") & (res.table["algo"] == TOY)]

@@ -49,6 +49,7 @@ def test_the_goal_needs_nine_final_and_average_feasible_seeds_and_the_returns_in
     assert other_task.loc[0, "goal"] == ""
 
 
+@pytest.mark.slow
 def test_the_committed_report_regenerates_from_the_committed_tables(tmp_path: Path):
     for name in (li.RUNS_FILE, li.TRACES_FILE):
         shutil.copy(COMMITTED / name, tmp_path / name)

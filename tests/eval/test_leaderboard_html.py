@@ -84,6 +84,7 @@ def test_rank_labels_and_verdict_lines() -> None:
                                           "b (9/10)); 2 share 1st (not separated by the test): a, b.")
 
 
+@pytest.mark.slow
 def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: str) -> None:
     page = wide_page
     glance = page.index('<ul class="glance">')
@@ -105,6 +106,7 @@ def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: s
     assert re.search(r"<td data-v=\"[0-9.e-]+\"><span title=\"shared with [^\"]+\">shared \d+(st|nd|rd|th)</span></td>", page)
 
 
+@pytest.mark.slow
 def test_an_algorithm_has_one_colour_on_the_whole_page() -> None:
     # A task where 4 of the 25 ran: alone, 3 of them would take other colours than on the
     # full task (the first free entry from their hashed one), and the page would show crpo in
@@ -154,6 +156,7 @@ _PROBE = ("<script>window.addEventListener('load',()=>{const vh=window.innerHeig
           "document.body.appendChild(d);});</script>")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CHROMIUM is None, reason="headless Chromium is not installed (apt-get install chromium)")
 @pytest.mark.parametrize("size", [(1280, 800), (1920, 1080)])
 def test_first_screen_in_chromium(wide_page: str, tmp_path: Path, size: tuple[int, int]) -> None:

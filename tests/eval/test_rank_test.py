@@ -39,6 +39,7 @@ def test_holm_by_hand() -> None:
     assert np.isnan(adj["ad"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("paired", [True, False])
 def test_size_of_the_rank_test_on_null_data(paired: bool) -> None:
     """Two algorithms with the same skewed score distribution, 10 paired seeds with a shared
@@ -59,6 +60,7 @@ def test_size_of_the_rank_test_on_null_data(paired: bool) -> None:
     assert rate >= 0.02, rate
 
 
+@pytest.mark.slow
 def test_power_of_the_two_sample_test() -> None:
     """A shift of one standard deviation at 10 seeds each (normal scores): the exact test at
     5% rejects with probability about 0.56 (the t-test's power at this size), by simulation."""
@@ -131,6 +133,7 @@ def test_the_p_value_does_not_depend_on_summation_order() -> None:
     assert stats.permutation_test({"t": x}, {"t": y}, paired=False)[1] == 1.0
 
 
+@pytest.mark.slow
 def test_clearly_ordered_algorithms_are_separated_at_ten_seeds() -> None:
     # 25 algorithms (300 pairs), 10 seeds each, means 0.1 apart with sd 0.01: every pair is
     # separated under Holm (the paired test's floor 2/1024 is above 0.05/300 and could not).

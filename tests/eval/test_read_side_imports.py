@@ -21,11 +21,13 @@ def _heavy_after_import(module: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.stem for p in SCORING.glob("*.py") if p.stem != "__init__"))
 def test_read_side_imports_no_trainer(name: str) -> None:
     assert _heavy_after_import(f"constrained_grpo.eval.scoring.{name}") == []
 
 
+@pytest.mark.slow
 def test_read_side_takes_task_metadata_from_the_schema_module() -> None:
     # Not from the runner (which builds agents): the schema module is the one source.
     code = ("import json, sys, constrained_grpo.eval.scoring.leaderboard, constrained_grpo.eval.scoring.plots; "
@@ -34,11 +36,13 @@ def test_read_side_takes_task_metadata_from_the_schema_module() -> None:
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["constrained_grpo.schema"]
 
 
+@pytest.mark.slow
 def test_probe_sees_a_trainer_import() -> None:
     # Control: the probe does detect torch where it is imported (the GRPO agent module).
     assert "torch" in _heavy_after_import("constrained_grpo.agents.agent")
 
 
+@pytest.mark.slow
 def test_loading_and_ranking_results_runs_without_the_training_stack(toy_results) -> None:
     """Calling the read side, not only importing it: load_results, the run metrics, the
     leaderboard and its Markdown on real run directories load no torch, SB3 or trainer."""

@@ -34,6 +34,7 @@ def _outputs(root: Path, out: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in paths}
 
 
+@pytest.mark.slow
 def test_a_record_and_its_runs_give_identical_tables_leaderboard_and_figures(toy_results: Path, packed: Path, tmp_path: Path) -> None:
     original, compact = load_results(toy_results), load_results(packed)
     # The record keeps the train rows and, of the evaluation, the summaries the metrics read.
@@ -52,6 +53,7 @@ def test_a_record_and_its_runs_give_identical_tables_leaderboard_and_figures(toy
     assert [n for n in a if a[n] != b[n]] == []
 
 
+@pytest.mark.slow
 def test_packing_the_same_runs_twice_writes_the_same_bytes(toy_results: Path, packed: Path, tmp_path: Path) -> None:
     again = tmp_path / "again"
     record.pack([toy_results], again)
@@ -62,6 +64,7 @@ def test_packing_the_same_runs_twice_writes_the_same_bytes(toy_results: Path, pa
     assert all((tmp_path / "repacked" / p.name).read_bytes() == p.read_bytes() for p in packed.iterdir())
 
 
+@pytest.mark.slow
 def test_records_merge_and_refuse_a_run_packed_twice(toy_results: Path, packed: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"Grid/HazardFuel3x3-v0/.*/seed_0 is in both .* pack each run once"):
         record.pack([packed, toy_results], tmp_path / "twice")
@@ -150,6 +153,7 @@ def test_a_sweep_in_parts_skips_the_runs_a_record_holds_as_asked(packed: Path, t
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_a_task_file_that_would_unpack_to_gigabytes_is_refused_unread(packed: Path, tmp_path: Path) -> None:
     import hashlib
     import zipfile

@@ -68,6 +68,7 @@ def test_references_are_shown_but_never_ranked(tmp_path: Path):
 # --- highway: the scripted safe driver --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_safe_driver_crashes_far_less_than_random_on_highway():
     # Measured on reset seeds 1_000_000..1_000_019: the safe driver 0 crashes in 20 (headway
     # cost 0.078 < limit 0.1, no lane change, no speeding), random actions 20 in 20.
@@ -138,6 +139,7 @@ def test_safe_driver_refuses_tasks_it_cannot_read():
 # --- math: the warm start ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_warm_start_reference_evaluates_with_the_harness_as_an_unupdated_grpo_agent(tmp_path: Path):
     from constrained_grpo.agents.text_agent import make_text_grpo_agent
 

@@ -45,6 +45,7 @@ QUIET = {"progress": False, "echo": lambda line: None}
 PAYLOAD = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n\ndef factory(*a, **k):\n    raise SystemExit\n"
 
 
+@pytest.mark.slow
 def test_reading_results_never_imports_the_algorithm_a_run_names(results_copy: Path, tmp_path: Path):
     marker = tmp_path / "payload_ran"
     (results_copy / "sub").mkdir()
@@ -216,6 +217,7 @@ def test_the_good_submission_passes_and_keeps_its_numbers(good: Path):
     assert table["return"].between(0.0, 1.5).all() and TASK in tasks
 
 
+@pytest.mark.slow
 def test_check_and_add_apply_the_same_clash_rule(toy_results: Path, tmp_path: Path):
     """--check used to accept a submission whose runs --add rejects as already present."""
     existing = load_results(toy_results).table
@@ -247,6 +249,7 @@ def test_a_submission_cannot_add_seeds_to_an_algorithm_on_the_board(toy_results:
     assert len(check_submission_table(renamed, existing=existing)[0]) == len(extra)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("change", "reason"), [
     (lambda t: t.assign(env_steps=t["env_steps"] * 3), r"budgets differ"),
     (lambda t: t.assign(reset_seed=t["reset_seed"] + 7), r"evaluation reset seeds differ"),
@@ -287,6 +290,7 @@ def _verdicts(board: Path, sub: Path, out: Path, capsys: pytest.CaptureFixture[s
             None if added == 0 else err.removeprefix(f"cgrpo leaderboard: error: {sub}: "))
 
 
+@pytest.mark.slow
 def test_check_and_add_give_the_same_verdict_on_every_crafted_submission(
         toy_results: Path, good: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """Every crafted submission of these tests through both verbs of the CLI: the same verdict
@@ -373,6 +377,7 @@ def test_a_run_completed_meanwhile_with_other_settings_is_not_success(tmp_path: 
     assert execute_run(RunSpec(TASK, TOY, 0, 300, 13, {}, False), tmp_path).status == "done"
 
 
+@pytest.mark.slow
 def test_two_identical_sweeps_on_one_folder_both_succeed_and_do_each_run_once(tmp_path: Path):
     specs = expand_grid([TASK], [TOY], [0, 1, 2], 200, eval_episodes=13,
                         config={TOY: {"sleep_s": 0.05}}, save_agent=False)
@@ -398,6 +403,7 @@ def test_two_identical_sweeps_on_one_folder_both_succeed_and_do_each_run_once(tm
 # -------------------------------------------- points 6 and 7: no manager, no single helper to lose
 
 
+@pytest.mark.slow
 def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
     """The old sweep's Manager was a single point of failure (killing it failed 14 of 20 runs).
     Now there is none, and killing the fork server (the one helper left) mid-sweep fails no
@@ -434,6 +440,7 @@ def test_no_manager_and_a_killed_fork_server_fails_no_run(tmp_path: Path):
     assert len(list(tmp_path.rglob(storage.DONE_FILE))) == len(specs)
 
 
+@pytest.mark.slow
 def test_a_fork_server_dying_at_a_run_s_start_is_retried(tmp_path: Path, monkeypatch):
     """A fork server killed between its liveness check and a start either refuses the
     connection (OSError) or closes it before sending the new pid (EOFError, seen under load);

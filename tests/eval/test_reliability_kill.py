@@ -77,6 +77,7 @@ def kill_at_random(out: Path, sig: signal.Signals, rng: random.Random, within: f
     return complete
 
 
+@pytest.mark.slow
 def test_killed_driver_leaves_no_process_and_rerun_completes_once(tmp_path: Path):
     out = tmp_path / "out"
     rng = random.Random(17)
@@ -107,6 +108,7 @@ def _fork_server(sid: int) -> int | None:
     return None
 
 
+@pytest.mark.slow
 def test_a_driver_killed_while_the_fork_server_starts_leaves_nothing_behind(tmp_path: Path):
     """The fork server imports torch and the agents for seconds before it serves; a driver
     killed meanwhile must not leave it (or the resource tracker, which waits for the

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from cgrpo_toy_agent import TASK, TOY
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.runner import RunSpec, execute_run, portable_command, run_config, task_meta
@@ -38,6 +40,7 @@ def test_config_json_records_no_absolute_path(tmp_path: Path) -> None:
     assert argv[argv.index("--out") + 1] == "."
 
 
+@pytest.mark.slow
 def test_recorded_command_reruns_the_run_in_a_moved_root(tmp_path: Path) -> None:
     root = tmp_path / "res"
     spec = RunSpec(TASK, TOY, 0, 300, 13, {}, False)

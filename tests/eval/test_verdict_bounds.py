@@ -75,6 +75,7 @@ def test_bonferroni_over_constraints_for_breaks_only() -> None:
     assert verdicts == ["undetermined", "within"]
 
 
+@pytest.mark.slow
 def test_type_one_error_and_power_exact_and_simulated() -> None:
     """At J = d(1 + tol) the run is wrongly called within with probability <= alpha; at J = d
     it is rightly called within with the exact power; simulated through cost_bounds."""

@@ -321,6 +321,7 @@ def test_outputs_are_byte_identical_under_a_perturbed_row_order(tmp_path: Path):
 # ----------------------------------------------------------- 6. user limits are the run's
 
 
+@pytest.mark.slow
 def test_train_reports_against_the_limits_it_trained_with(tmp_path: Path):
     import json
     import subprocess

@@ -202,6 +202,7 @@ def test_bad_input_is_refused_before_any_work(tiny, tmp_path):
         math_task(length_unit="word")
 
 
+@pytest.mark.slow
 def test_end_to_end_multipliers_and_leaderboard(tmp_path):
     from constrained_grpo.cli import main as cgrpo_main
     from constrained_grpo.eval.scoring.loader import load_results
@@ -231,6 +232,7 @@ def test_end_to_end_multipliers_and_leaderboard(tmp_path):
     assert (tmp_path / "runs" / "leaderboard.md").is_file()
 
 
+@pytest.mark.slow
 def test_multipliers_survive_a_checkpoint(tiny, tmp_path, monkeypatch):
     from datasets import Dataset
 
@@ -254,6 +256,7 @@ def test_multipliers_survive_a_checkpoint(tiny, tmp_path, monkeypatch):
     np.testing.assert_allclose(resumed.lambdas, LAMBDA0 + 2 * step, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_docs_quick_start_runs(tmp_path, monkeypatch, capsys):
     import runpy
 
