@@ -40,13 +40,17 @@ class GRPOConfig:
     aggregator: str = "scadv"
     """How reward and costs become one advantage: ``scadv`` (Constrained GRPO, arXiv
     2602.05863), ``screw`` (reward scalarization, the standard practice), ``gdpo`` (arXiv
-    2601.05242), ``dara`` (DARA density weights) or ``reward`` (unconstrained GRPO)."""
+    2601.05242), ``dara`` (DARA density weights), ``corr`` (CorrGRPO's correlation
+    denominator, arXiv 2609.36820), ``mdp`` (MDP-GRPO's dual-anchor prospect advantage, arXiv
+    2606.06058) or ``reward`` (unconstrained GRPO)."""
     estimator: str = "zscore"
     """Group estimator: ``zscore`` (GRPO, DeepSeekMath), ``mean`` (Dr. GRPO), ``batch_std``
     (TRL ``scale_rewards="batch"``), ``softmax`` (SoftmaxGRPO, arXiv 2608.09271), ``maxrl``
     (MaxRL, arXiv 2602.02710; a component that goes below 0 in a batch is first shifted by
-    its batch minimum, see :func:`~constrained_grpo.agents.advantages.maxrl`). GDPO and
-    DARA always z-score."""
+    its batch minimum, see :func:`~constrained_grpo.agents.advantages.maxrl`), ``is``
+    (IS-GRPO: the expected update of z-scores on starts drawn in proportion to their group
+    std, ``(x - mean) / mean_p std_p``; :func:`~constrained_grpo.agents.advantages.is_grpo`).
+    GDPO, DARA, CorrGRPO and MDP-GRPO have their own normalization and ignore it."""
     scadv_normalize: bool = False
     """ScAdv only: divide the advantage by ``1 + sum_k lambda_k`` (as PPO-Lagrangian, Ray et
     al. 2019), which keeps its scale bounded as multipliers grow (arXiv 2602.05863)."""
@@ -63,6 +67,15 @@ class GRPOConfig:
     """DARA: symmetric ``sum w_j u_j`` (True) or asymmetric ``sum w_j u_j+ + u_j-`` (False)."""
     dara_max_weight: float = 5.0
     """DARA: cap on the density weight ``sqrt(max pi / pi_j)``."""
+    mdp_alpha: float = 0.2
+    """MDP-GRPO: weight alpha of the goal anchor in ``(1 - alpha) PT(z) + alpha PT(delta)``
+    (arXiv 2606.06058; 0.2 in the release's ``full_pipeline.sh``)."""
+    prospect_beta: float = 0.8
+    """MDP-GRPO: slope beta of the prospect shaping ``lambda tanh(beta v)`` (arXiv 2606.06058)."""
+    prospect_lambda_pos: float = 1.25
+    """MDP-GRPO: bound lambda_+ of the shaped gain (the release's ``train.py`` default)."""
+    prospect_lambda_neg: float = 1.8
+    """MDP-GRPO: bound lambda_- of the shaped loss; above lambda_+ is loss aversion (``train.py``)."""
 
     # --- constraints ----------------------------------------------------------------
     limits: tuple[float, ...] | Mapping[str, float] | None = None
@@ -168,7 +181,9 @@ class GRPOConfig:
                 raise ValueError(f"{name}={value!r} must be > 0")
         if self.clip_eps_low >= 1:
             raise ValueError(f"clip_eps_low={self.clip_eps_low!r} must be < 1 (the ratio is positive)")
-        for name in ("lr", "softmax_tau", "dara_max_weight"):
+        if not (math.isfinite(self.mdp_alpha) and 0 <= self.mdp_alpha <= 1):
+            raise ValueError(f"mdp_alpha={self.mdp_alpha!r} must be in [0, 1] (the goal anchor's share)")
+        for name in ("lr", "softmax_tau", "dara_max_weight", "prospect_beta", "prospect_lambda_pos", "prospect_lambda_neg"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name}={value!r} must be finite and > 0")
@@ -212,6 +227,10 @@ class GRPOConfig:
             tau=self.softmax_tau,
             dara_symmetric=self.dara_symmetric,
             dara_max_weight=self.dara_max_weight,
+            mdp_alpha=self.mdp_alpha,
+            prospect_beta=self.prospect_beta,
+            prospect_lambda_pos=self.prospect_lambda_pos,
+            prospect_lambda_neg=self.prospect_lambda_neg,
         )
 
     # --- (de)serialisation ----------------------------------------------------------
