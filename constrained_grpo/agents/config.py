@@ -100,6 +100,10 @@ class GRPOConfig:
     the first step whose ratio leaves the trust region."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to a frozen reference policy (DeepSeekMath 2024); 0 = off."""
+    kl_coef_neg: float | None = None
+    """MDP-GRPO's asymmetric KL (arXiv 2606.06058): the KL coefficient on samples whose advantage
+    is negative, ``kl_coef`` staying on the others (the release: 0.025 against 0.01). None: one
+    coefficient. A language model's reference policy is where it matters; control tasks accept it."""
     ref_update_every: int = 0
     """Copy the policy into the reference every this many iterations; 0 keeps the initial
     policy as the reference for the whole run (DeepSeekMath's iterative GRPO refreshes it)."""
@@ -191,6 +195,8 @@ class GRPOConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be finite and >= 0")
+        if self.kl_coef_neg is not None and not (math.isfinite(self.kl_coef_neg) and self.kl_coef_neg >= 0):
+            raise ValueError(f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or None: kl_coef for every sample)")
         if self.final_policy not in FINAL_POLICIES:
             raise ValueError(f"final_policy={self.final_policy!r}; choose one of {list(FINAL_POLICIES)}")
         if not (isinstance(self.final_snapshots, int) and self.final_snapshots >= 1):
