@@ -52,3 +52,49 @@ def test_kl_coef_neg_alone_keeps_a_reference_and_trains() -> None:
     agent.learn(2_000, records.append)
     assert agent.trainer.reference is not None
     assert records[-1]["kl"] > 0.0
+
+
+def test_multi_temperature_draws_each_row_at_its_temperature_and_reports_the_policys_logp() -> None:
+    from constrained_grpo.agents.lm_base import sample_from_logits
+
+    rows = 4000
+    logits = torch.tensor([3.0, 0.0, 0.0]).repeat(rows, 1)
+    temps = torch.tensor([0.05, 50.0]).repeat(rows // 2)
+    token, logp = sample_from_logits(logits, 1.0, False, torch.Generator().manual_seed(0), temps)
+    cold, hot = token[0::2], token[1::2]
+    assert bool((cold == 0).all())  # T = 0.05: the argmax every time
+    # T = 50: softmax([0.06, 0, 0]) gives token 0 with probability 0.347 (the policy, T = 1: 0.909).
+    share = float((hot == 0).float().mean())
+    assert 0.347 - 0.03 < share < 0.347 + 0.03
+    policy_logp = torch.log_softmax(logits, dim=-1).gather(-1, token[:, None]).squeeze(-1)
+    torch.testing.assert_close(logp, policy_logp)
+    with pytest.raises(ValueError, match="3 sampling temperatures for 2 prompts"):
+        from constrained_grpo.agents.lm_base import row_temperatures
+
+        row_temperatures([1.0, 1.0, 1.0], 2)
+
+
+def test_text_agent_samples_a_group_at_the_releases_temperatures() -> None:
+    """lm.sample_temperatures on the text agent: sample i of every group is drawn at
+    T[i mod 4]; the recorded log-probabilities are the policy's, so the first ratio is 1."""
+    from constrained_grpo import make_agent
+
+    agent = make_agent("cgrpo-mdp", "Math/ChainSum-v0", seed=0, preset="quick",
+                       lm={"sample_temperatures": [0.1, 0.4, 0.7, 1.0]})
+    calls: list[list[float] | None] = []
+    generate = agent.policy.generate
+
+    def recording(*args, **kwargs):
+        calls.append(kwargs.get("sample_temperatures"))
+        return generate(*args, **kwargs)
+
+    agent.policy.generate = recording  # type: ignore[method-assign]
+    batch = agent.adapter.collect(agent.policy, 2, 4)
+    assert calls == [[0.1, 0.4, 0.7, 1.0] * 2]
+    gen = batch.data.generation
+    with torch.no_grad():
+        logp, _ = agent.policy.completion_logprobs(gen.prompt_ids, gen.prompt_mask, gen.tokens, gen.mask)
+    torch.testing.assert_close(logp * gen.mask, gen.logp * gen.mask, atol=1e-4, rtol=1e-4)
+    records: list[dict] = []
+    agent.learn(16, records.append)
+    assert len(records) == 1 and records[0]["env_steps"] == 16
