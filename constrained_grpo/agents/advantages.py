@@ -60,6 +60,7 @@ import numpy as np
 __all__ = [
     "AGGREGATORS",
     "ESTIMATORS",
+    "MDP_DEFAULTS",
     "AdvantageSpec",
     "batch_normalize",
     "batch_std",
@@ -520,6 +521,15 @@ def mdp_grpo(
     return d @ np.abs(c)
 
 
+#: MDP-GRPO's knobs at the release's values (github m-salmani78/MDP-GRPO): alpha from
+#: ``full_pipeline.sh``, the prospect shaping's from ``training/train.py`` (loss-averse).
+MDP_DEFAULTS: dict[str, float] = {
+    "mdp_alpha": 0.2,
+    "prospect_beta": 0.8,
+    "prospect_lambda_pos": 1.25,
+    "prospect_lambda_neg": 1.8,
+}
+
 #: Aggregator names (the function each dispatches to is in :func:`compute_advantages`).
 AGGREGATORS: tuple[str, ...] = ("reward", "screw", "scadv", "gdpo", "dara", "corr", "mdp")
 
@@ -536,10 +546,10 @@ class AdvantageSpec:
     tau: float = 1.0
     dara_symmetric: bool = True
     dara_max_weight: float = 5.0
-    mdp_alpha: float = 0.2
-    prospect_beta: float = 0.8
-    prospect_lambda_pos: float = 1.25
-    prospect_lambda_neg: float = 1.8
+    mdp_alpha: float = MDP_DEFAULTS["mdp_alpha"]
+    prospect_beta: float = MDP_DEFAULTS["prospect_beta"]
+    prospect_lambda_pos: float = MDP_DEFAULTS["prospect_lambda_pos"]
+    prospect_lambda_neg: float = MDP_DEFAULTS["prospect_lambda_neg"]
 
     def __post_init__(self) -> None:
         if self.aggregator not in AGGREGATORS:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, AdvantageSpec
+from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, MDP_DEFAULTS, AdvantageSpec
 from constrained_grpo.agents.final_policy import FINAL_POLICIES
 from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
@@ -67,15 +67,17 @@ class GRPOConfig:
     """DARA: symmetric ``sum w_j u_j`` (True) or asymmetric ``sum w_j u_j+ + u_j-`` (False)."""
     dara_max_weight: float = 5.0
     """DARA: cap on the density weight ``sqrt(max pi / pi_j)``."""
-    mdp_alpha: float = 0.2
+    # MDP-GRPO's knobs are null by default, standing for the release's values
+    # (advantages.MDP_DEFAULTS): a run recorded before they existed resolves as it was.
+    mdp_alpha: float | None = None
     """MDP-GRPO: weight alpha of the goal anchor in ``(1 - alpha) PT(z) + alpha PT(delta)``
-    (arXiv 2606.06058; 0.2 in the release's ``full_pipeline.sh``)."""
-    prospect_beta: float = 0.8
-    """MDP-GRPO: slope beta of the prospect shaping ``lambda tanh(beta v)`` (arXiv 2606.06058)."""
-    prospect_lambda_pos: float = 1.25
-    """MDP-GRPO: bound lambda_+ of the shaped gain (the release's ``train.py`` default)."""
-    prospect_lambda_neg: float = 1.8
-    """MDP-GRPO: bound lambda_- of the shaped loss; above lambda_+ is loss aversion (``train.py``)."""
+    (arXiv 2606.06058); None: 0.2, the release's ``full_pipeline.sh``."""
+    prospect_beta: float | None = None
+    """MDP-GRPO: slope beta of the prospect shaping ``lambda tanh(beta v)``; None: 0.8 (``train.py``)."""
+    prospect_lambda_pos: float | None = None
+    """MDP-GRPO: bound lambda_+ of the shaped gain; None: 1.25 (the release's ``train.py``)."""
+    prospect_lambda_neg: float | None = None
+    """MDP-GRPO: bound lambda_- of the shaped loss, above lambda_+ for loss aversion; None: 1.8 (``train.py``)."""
 
     # --- constraints ----------------------------------------------------------------
     limits: tuple[float, ...] | Mapping[str, float] | None = None
@@ -185,9 +187,13 @@ class GRPOConfig:
                 raise ValueError(f"{name}={value!r} must be > 0")
         if self.clip_eps_low >= 1:
             raise ValueError(f"clip_eps_low={self.clip_eps_low!r} must be < 1 (the ratio is positive)")
-        if not (math.isfinite(self.mdp_alpha) and 0 <= self.mdp_alpha <= 1):
-            raise ValueError(f"mdp_alpha={self.mdp_alpha!r} must be in [0, 1] (the goal anchor's share)")
-        for name in ("lr", "softmax_tau", "dara_max_weight", "prospect_beta", "prospect_lambda_pos", "prospect_lambda_neg"):
+        if self.mdp_alpha is not None and not (math.isfinite(self.mdp_alpha) and 0 <= self.mdp_alpha <= 1):
+            raise ValueError(f"mdp_alpha={self.mdp_alpha!r} must be in [0, 1] (the goal anchor's share), or null")
+        for name in ("prospect_beta", "prospect_lambda_pos", "prospect_lambda_neg"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be finite and > 0, or null (the release's value)")
+        for name in ("lr", "softmax_tau", "dara_max_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name}={value!r} must be finite and > 0")
@@ -233,10 +239,10 @@ class GRPOConfig:
             tau=self.softmax_tau,
             dara_symmetric=self.dara_symmetric,
             dara_max_weight=self.dara_max_weight,
-            mdp_alpha=self.mdp_alpha,
-            prospect_beta=self.prospect_beta,
-            prospect_lambda_pos=self.prospect_lambda_pos,
-            prospect_lambda_neg=self.prospect_lambda_neg,
+            **{
+                name: MDP_DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
+                for name in MDP_DEFAULTS
+            },
         )
 
     # --- (de)serialisation ----------------------------------------------------------

@@ -25,7 +25,7 @@ GRID_ENTRY = "constrained_grpo.envs.gridworld.env:GridWorldEnv"
 #: algorithm's behaviour as it was (the last-iterate rules); removed before digesting.
 ADDED_SINCE = {"policy_optimism": 0.0, "final_policy": "last", "final_snapshots": 10,
                # MDP-GRPO's knobs (inert unless aggregator="mdp", kl_coef_neg or lm.sample_temperatures is set)
-               "mdp_alpha": 0.2, "prospect_beta": 0.8, "prospect_lambda_pos": 1.25, "prospect_lambda_neg": 1.8,
+               "mdp_alpha": None, "prospect_beta": None, "prospect_lambda_pos": None, "prospect_lambda_neg": None,
                "kl_coef_neg": None, "sample_temperatures": None}
 ADDED_TO_MULTIPLIER_SINCE = {"optimistic": False, "reg_tau": 0.01, "rho": 1.0, "crpo_tol": 0.0}
 
