@@ -230,7 +230,7 @@ def is_grpo(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
     scaled by ``1 / mean_r sigma_r`` (a REINFORCE step with a step size that adapts across
     iterations). This function returns that expected update, ``A_p = P q_p Z_p``, which
     equals the formula above: the conditional expectation of the drawn estimate given the
-    batch, with its variance and the same mean. The mean of the stds runs over all P
+    batch: the same mean, without the resampling's variance. The mean of the stds runs over all P
     starts (axis 0), per trailing component; 0 where no group varies.
     """
     x = np.asarray(x, dtype=np.float64)
