@@ -481,7 +481,8 @@ def _dual_anchor(
     goal_mean = np.maximum(0.5, r.mean(axis=1, keepdims=True))
     goal_std = math.sqrt(g / (4.0 * goal_count))
     delta = np.where(has_span, (r - goal_mean) / goal_std, 0.0)
-    return (1.0 - alpha) * prospect(z, beta, lambda_pos, lambda_neg) + alpha * prospect(delta, beta, lambda_pos, lambda_neg)
+    shaped_z, shaped_delta = (prospect(v, beta, lambda_pos, lambda_neg) for v in (z, delta))
+    return (1.0 - alpha) * shaped_z + alpha * shaped_delta
 
 
 def mdp_grpo(

@@ -202,7 +202,9 @@ class GRPOConfig:
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be finite and >= 0")
         if self.kl_coef_neg is not None and not (math.isfinite(self.kl_coef_neg) and self.kl_coef_neg >= 0):
-            raise ValueError(f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or None: kl_coef for every sample)")
+            raise ValueError(
+                f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or null: kl_coef for every sample)"
+            )
         if self.final_policy not in FINAL_POLICIES:
             raise ValueError(f"final_policy={self.final_policy!r}; choose one of {list(FINAL_POLICIES)}")
         if not (isinstance(self.final_snapshots, int) and self.final_snapshots >= 1):

@@ -68,7 +68,8 @@ _TABLE: tuple[Variant, ...] = (
     ),
     Variant(
         "cgrpo-is",
-        "IS-GRPO (importance-sampled GRPO; derived from its paper's statement, docs/papers.md): z-scores on starts drawn in proportion to their std, in expectation",
+        "IS-GRPO (importance-sampled GRPO, derived from its paper's statement: docs/papers.md): "
+        "z-scores on starts drawn in proportion to their std, in expectation",
         {"estimator": "is"},
     ),
     Variant(
