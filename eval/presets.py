@@ -37,6 +37,7 @@ STANDARD_ALGOS: tuple[str, ...] = (
     "trpo-lag", "cpo", "pcpo", "focops", "cup", "p3o", "rcpo", "saute-ppo",
     "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo", "cgrpo-best", "cgrpo-mix",
     "ppo-lag-ogda", "ppo-lag-al", "crpo",
+    "cgrpo-corr", "cgrpo-is", "cgrpo-mdp",
 )
 #: Its GRPO agents (their small per-iteration preset on highway).
 _STANDARD_GRPO = tuple(a for a in STANDARD_ALGOS if a.startswith(("cgrpo", "grpo")))
@@ -257,10 +258,10 @@ PRESETS: dict[str, Preset] = {
         # Per-run costs, the plan and the wall time on 2 cores in docs/tuning.md.
         Preset(
             "standard",
-            "every algorithm the suite ships (25) on every family at budgets where learners converge: 4 gridworld "
+            "every algorithm the suite ships (28) on every family at budgets where learners converge: 4 gridworld "
             "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSum-v0 and "
-            "ChainSumLong-v0 (the GRPO agents that act on text) x 10 seeds; reference policies unranked; 1,590 runs, "
-            "planned at about 19 core-hours (9.5 h with --workers 2 on 2 cores): run it in parts with --skip-recorded",
+            "ChainSumLong-v0 (the GRPO agents that act on text) x 10 seeds; reference policies unranked; 1,800 runs, "
+            "planned at about 21 core-hours (10.5 h with --workers 2 on 2 cores): run it in parts with --skip-recorded",
             tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
             algos=STANDARD_ALGOS,
             seeds=tuple(range(10)),

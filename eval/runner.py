@@ -143,6 +143,8 @@ class RunSpec:
             return f"settings {dict(recorded) if isinstance(recorded, Mapping) else recorded}, not {self.to_dict()}"
         then = (config.get("algo") or {}).get("resolved") if isinstance(config.get("algo"), Mapping) else None
         now = _as_recorded(resolve_config(self.algo, self.task, **self.config))
+        if isinstance(then, Mapping):
+            now = _without_new_nulls(now, then)
         if then == now:
             return None
         if not isinstance(then, Mapping):
@@ -172,6 +174,16 @@ class RunSpec:
 def _as_recorded(value: Any) -> Any:
     """``value`` as ``config.json`` holds it (JSON types, as :func:`storage.atomic_write_json` writes)."""
     return json.loads(json.dumps(value, sort_keys=True, default=storage._json_default))
+
+
+def _without_new_nulls(now: Any, then: Mapping[str, Any]) -> Any:
+    """``now`` without the keys, at any depth, that ``then`` lacks and that are null in ``now``:
+    an option added since the run was made, at its null default (which keeps the behaviour
+    from before it, e.g. ``kl_coef_neg``), does not make the run another."""
+    if not isinstance(now, Mapping):
+        return now
+    return {k: _without_new_nulls(v, then[k]) if isinstance(then.get(k), Mapping) else v
+            for k, v in now.items() if k in then or v is not None}
 
 
 def _changed_keys(a: Any, b: Any, prefix: str = "") -> list[str]:

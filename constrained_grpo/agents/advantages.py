@@ -22,6 +22,8 @@ Estimators (operate along the group axis, any trailing shape):
 - ``batch_std``  TRL ``scale_rewards="batch"``:   A = (x - mean_group) / std_batch
 - ``softmax``    SoftmaxGRPO (arXiv 2608.09271):  A = G softmax(x / tau) - 1
 - ``maxrl``      MaxRL (arXiv 2602.02710):        A = (x' - mean) / mean on x' = x - min(0, min_batch x)
+- ``is``         IS-GRPO (derived, no public code): A = (x - mean) / mean_p(std_p), the expected
+                 update of z-scores on starts drawn with probability proportional to their std
 
 Aggregators (``[P, G, 1+K]`` -> ``[P, G]``):
 
@@ -31,6 +33,9 @@ Aggregators (``[P, G, 1+K]`` -> ``[P, G]``):
 - ``gdpo``    GDPO (arXiv 2601.05242):            A = batchnorm(sum_j c_j Z_j)
 - ``dara``    DARA density weights:               A = batchnorm(sum_j w_j c_j Z_j)  (symmetric)
                                                   A = batchnorm(sum_j [w_j (c_j Z_j)_+ + (c_j Z_j)_-])
+- ``corr``    CorrGRPO (arXiv 2609.36820):        A = sum_j c_j (x_j - mean_j) / sqrt(sum_jl rho_jl + eps)
+- ``mdp``     MDP-GRPO (arXiv 2606.06058):        A = sum_j |c_j| [(1 - alpha) PT(z_j) + alpha PT(delta_j)]
+                                                  on the signed components sign(c_j) x_j
 
 ``eps`` (the config's ``adv_eps``) is added to every standard deviation that divides:
 the group std of ``zscore``, the batch std of ``batch_std``, and for GDPO and DARA both
@@ -46,6 +51,7 @@ z-scores it is ``lambda_j`` (divided by ``1 + sum lambda`` when normalized).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -54,18 +60,24 @@ import numpy as np
 __all__ = [
     "AGGREGATORS",
     "ESTIMATORS",
+    "MDP_DEFAULTS",
     "AdvantageSpec",
     "batch_normalize",
     "batch_std",
     "compute_advantages",
+    "corrgrpo",
     "dara",
     "dara_weights",
     "effective_weights",
     "estimator_slope",
     "gdpo",
     "group_std",
+    "is_grpo",
+    "is_prompt_probs",
     "maxrl",
+    "mdp_grpo",
     "mean_only",
+    "prospect",
     "reward_only",
     "scadv",
     "screw",
@@ -191,6 +203,43 @@ def maxrl(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
     return np.where(positive, centred / np.where(positive, mean + eps, 1.0), 0.0)
 
 
+def is_prompt_probs(x: np.ndarray) -> np.ndarray:
+    """IS-GRPO's proposal over starts: ``q_p = sigma_p / sum_r sigma_r`` (``[P, 1, ...]``).
+
+    ``sigma_p`` is start p's group std (0 for a group of equal values); every ``q_p`` is 0
+    where no group varies.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    _, varies, std = _centred_std(x)
+    sigma = np.where(varies, std, 0.0)
+    total = sigma.sum(axis=0, keepdims=True)
+    return np.where(total > 0, sigma / np.where(total > 0, total, 1.0), 0.0)
+
+
+def is_grpo(x: np.ndarray, eps: float = 0.0) -> np.ndarray:
+    """IS-GRPO: ``A_p = (x_p - mean_g x_p) / (mean_r sigma_r + eps)``.
+
+    GRPO's z-score of start p moves the policy by ``g_p / sigma_p`` in expectation
+    (``g_p`` the policy gradient of start p's expected value): over starts drawn uniformly
+    its mean ``(1/P) sum_p g_p / sigma_p`` weighs each start by ``1 / sigma_p`` and is not
+    the full gradient ``(1/P) sum_p g_p``. Drawing the P starts of the update with
+    replacement with probability ``q_p = sigma_p / sum_r sigma_r`` (:func:`is_prompt_probs`)
+    and applying each drawn start's z-score once per draw is an importance-sampling
+    estimate of the full gradient: start p is drawn ``n_p`` times, ``E[n_p] = P q_p``, and
+    ``E[sum_p n_p g_p / sigma_p] = (P / sum_r sigma_r) sum_p g_p``, the full gradient
+    scaled by ``1 / mean_r sigma_r`` (a REINFORCE step with a step size that adapts across
+    iterations). This function returns that expected update, ``A_p = P q_p Z_p``, which
+    equals the formula above: the conditional expectation of the drawn estimate given the
+    batch: the same mean, without the resampling's variance. The mean of the stds runs over all P
+    starts (axis 0), per trailing component; 0 where no group varies.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    centred, varies, std = _centred_std(x)
+    sigma_bar = np.where(varies, std, 0.0).mean(axis=0, keepdims=True)
+    positive = sigma_bar > 0
+    return np.where(positive, centred / np.where(positive, sigma_bar + eps, 1.0), 0.0)
+
+
 #: Group advantage estimators by name.
 ESTIMATORS: dict[str, Estimator] = {
     "zscore": zscore,
@@ -198,6 +247,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "batch_std": batch_std,
     "softmax": softmax_adv,
     "maxrl": maxrl,
+    "is": is_grpo,
 }
 
 
@@ -366,8 +416,123 @@ def dara(
     return batch_normalize(total, eps)
 
 
+#: CorrGRPO's epsilon inside the square root of its denominator (verl's ``epsilon`` default
+#: in ``compute_grpo_covariance_coefficient_outcome_advantage``); ``adv_eps`` is added to it.
+CORR_EPS = 1e-6
+
+
+def _corr_sums(x: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``sum_jl rho_jl`` per group ``[P]`` of the weighted components ``c_j x_j``.
+
+    ``rho`` is the Pearson correlation within the group; a component that is constant in the
+    group (or weighted 0) has a zero row and column (verl's finite extension). Since
+    ``rho(c_j x_j, c_l x_l) = s_j s_l rho(x_j, x_l)`` with ``s = sign(c)``, the sum is
+    ``sum_i (sum_j s_j Z_ij)^2 / G``, the variance of the signed z-scores' sum: never below 0.
+    """
+    s = np.sign(c)
+    u = (standardize(x) * s).sum(axis=-1)  # [P, G]
+    return (u * u).mean(axis=1)
+
+
+def corrgrpo(x: np.ndarray, lambdas: np.ndarray, reward_weight: float = 1.0, eps: float = CORR_EPS) -> np.ndarray:
+    """CorrGRPO (arXiv 2609.36820): the centred weighted sum over the root of the summed
+    within-group correlations of the weighted components,
+
+        A_i = sum_j c_j (x_ij - mean_g x_j) / sqrt(max(0, sum_jl rho_jl) + eps)
+
+    where GRPO on the sum ``S = sum_j c_j x_j`` divides by ``std S = sqrt(sum_jl c_j c_l
+    Cov_jl)``. Transcribed from ``compute_grpo_covariance_coefficient_outcome_advantage``
+    (verl/trainer/ppo/core_algos.py of github HKUST-KnowComp/CorrGRPO, commit 3586915),
+    with the signed weights ``c = [lambda_R, -lambda_1, ..., -lambda_K]`` as its reward
+    weights. The denominator is dimensionless (between 0 and the number of varying
+    components): the advantage keeps the units of the components, and a large-scale
+    component cannot shrink the others' advantages as it does through ``std S``. Where
+    the signed z-scores cancel sample by sample (a reward and a cost that rise together,
+    weighted +1 and -lambda) the sum is 0 and the advantage is the centred sum over
+    ``sqrt(eps)``, as in the source.
+    """
+    x, lam = _check_components(x, lambdas)
+    c = signed_weights(lam, reward_weight)
+    centred, _ = _centred(x)
+    numerator = centred @ c  # [P, G]
+    return numerator / np.sqrt(_corr_sums(x, c) + eps)[:, None]
+
+
+def prospect(v: np.ndarray, beta: float = 0.8, lambda_pos: float = 1.25, lambda_neg: float = 1.8) -> np.ndarray:
+    """MDP-GRPO's prospect-theoretic shaping: ``lambda_+ tanh(beta v)`` for ``v >= 0``,
+    ``lambda_- tanh(beta v)`` for ``v < 0``: bounded by ``lambda_+`` above and
+    ``-lambda_-`` below; ``lambda_- > lambda_+`` weighs a loss above a gain of the same size
+    (Kahneman and Tversky's loss aversion). Defaults of the release's ``training/train.py``
+    (github m-salmani78/MDP-GRPO)."""
+    t = np.tanh(beta * np.asarray(v, dtype=np.float64))
+    return np.where(t >= 0, lambda_pos * t, lambda_neg * t)
+
+
+def _dual_anchor(
+    u: np.ndarray, alpha: float, beta: float, lambda_pos: float, lambda_neg: float, goal_count: float
+) -> np.ndarray:
+    """``(1 - alpha) PT(z) + alpha PT(delta)`` of ``u`` ``[P, G, ...]`` (higher is better)."""
+    g = u.shape[1]
+    z = zscore(u)
+    lo = u.min(axis=(0, 1), keepdims=True)
+    span = u.max(axis=(0, 1), keepdims=True) - lo
+    has_span = span > _zero_tol(u, (0, 1))
+    r = np.where(has_span, (u - lo) / np.where(has_span, span, 1.0), 0.5)  # in [0, 1]
+    goal_mean = np.maximum(0.5, r.mean(axis=1, keepdims=True))
+    goal_std = math.sqrt(g / (4.0 * goal_count))
+    delta = np.where(has_span, (r - goal_mean) / goal_std, 0.0)
+    shaped_z, shaped_delta = (prospect(v, beta, lambda_pos, lambda_neg) for v in (z, delta))
+    return (1.0 - alpha) * shaped_z + alpha * shaped_delta
+
+
+def mdp_grpo(
+    x: np.ndarray,
+    lambdas: np.ndarray,
+    reward_weight: float = 1.0,
+    alpha: float = 0.2,
+    beta: float = 0.8,
+    lambda_pos: float = 1.25,
+    lambda_neg: float = 1.8,
+    goal_count: float = 1.0,
+) -> np.ndarray:
+    """MDP-GRPO's dual-anchor, prospect-shaped advantage (arXiv 2606.06058), per component:
+
+        A = sum_j |c_j| D(u_j),   u_j = sign(c_j) x_j  (reward up, costs down: higher is better)
+        D(u) = (1 - alpha) PT(z) + alpha PT(delta)
+        z = (u - mean_g u) / std_g u                       (0 in a group of equal values)
+        r = (u - min_batch u) / (max_batch u - min_batch u)  in [0, 1]
+        delta = (r - max(1/2, mean_g r)) / sqrt(G / (4 C))
+
+    with ``PT`` :func:`prospect`. Transcribed from the release's GRPO trainer
+    (github m-salmani78/trl, branch MDP-GRPO, trl/trainer/grpo_trainer.py, the
+    ``advantage_mode == "dual_anchor"`` branch: ``dual_anchor_reward_is_normalized``,
+    ``dual_anchor_goal_mu_mode="max_half_and_group_mean"``, prospect shaping on both
+    anchors). The source's reward is the satisfied fraction of C instruction checks, in
+    [0, 1]; here each component is one signal (``goal_count`` C = 1) mapped onto [0, 1] by
+    its range over the batch (the worst sample 0, the best 1; a component constant over
+    the batch gets delta = 0). The goal anchor is what restores a gradient where z-scores
+    have none: a group whose samples are all equal has z = 0 but delta < 0 when it sits
+    below the anchor (all failing: pushed away from what it does), delta = 0 when it is at
+    the batch's best. ``alpha = 0.2`` is the release's ``full_pipeline.sh``.
+    """
+    x, lam = _check_components(x, lambdas)
+    c = signed_weights(lam, reward_weight)
+    u = x * np.where(c < 0, -1.0, 1.0)
+    d = _dual_anchor(u, alpha, beta, lambda_pos, lambda_neg, goal_count)  # [P, G, 1+K]
+    return d @ np.abs(c)
+
+
+#: MDP-GRPO's knobs at the release's values (github m-salmani78/MDP-GRPO): alpha from
+#: ``full_pipeline.sh``, the prospect shaping's from ``training/train.py`` (loss-averse).
+MDP_DEFAULTS: dict[str, float] = {
+    "mdp_alpha": 0.2,
+    "prospect_beta": 0.8,
+    "prospect_lambda_pos": 1.25,
+    "prospect_lambda_neg": 1.8,
+}
+
 #: Aggregator names (the function each dispatches to is in :func:`compute_advantages`).
-AGGREGATORS: tuple[str, ...] = ("reward", "screw", "scadv", "gdpo", "dara")
+AGGREGATORS: tuple[str, ...] = ("reward", "screw", "scadv", "gdpo", "dara", "corr", "mdp")
 
 
 @dataclass(frozen=True)
@@ -382,12 +547,20 @@ class AdvantageSpec:
     tau: float = 1.0
     dara_symmetric: bool = True
     dara_max_weight: float = 5.0
+    mdp_alpha: float = MDP_DEFAULTS["mdp_alpha"]
+    prospect_beta: float = MDP_DEFAULTS["prospect_beta"]
+    prospect_lambda_pos: float = MDP_DEFAULTS["prospect_lambda_pos"]
+    prospect_lambda_neg: float = MDP_DEFAULTS["prospect_lambda_neg"]
 
     def __post_init__(self) -> None:
         if self.aggregator not in AGGREGATORS:
             raise ValueError(f"unknown aggregator {self.aggregator!r}; choose one of {list(AGGREGATORS)}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {self.estimator!r}; choose one of {sorted(ESTIMATORS)}")
+
+
+def _mdp_knobs(spec: AdvantageSpec) -> tuple[float, float, float, float]:
+    return spec.mdp_alpha, spec.prospect_beta, spec.prospect_lambda_pos, spec.prospect_lambda_neg
 
 
 def compute_advantages(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -> np.ndarray:
@@ -400,6 +573,10 @@ def compute_advantages(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) 
         return scadv(x, lambdas, spec.estimator, spec.normalize, spec.reward_weight, spec.eps, spec.tau)
     if spec.aggregator == "gdpo":
         return gdpo(x, lambdas, spec.reward_weight, spec.eps)
+    if spec.aggregator == "corr":
+        return corrgrpo(x, lambdas, spec.reward_weight, CORR_EPS + spec.eps)
+    if spec.aggregator == "mdp":
+        return mdp_grpo(x, lambdas, spec.reward_weight, *_mdp_knobs(spec))
     return dara(x, lambdas, spec.dara_symmetric, spec.dara_max_weight, spec.reward_weight, spec.eps)
 
 
@@ -414,6 +591,9 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
       i.e. ``lambda_j sigma_j / sigma_S`` (Thm 4.1 of arXiv 2602.05863);
     - ``scadv``:  ``w_pj = |c_j| sigma_pj g_p(x_j)`` [/ (1 + sum lambda)]; ``lambda_j`` with z-scores;
     - ``gdpo``:   ``w_pj = |c_j| s_pj / (sigma_batch(sum_i c_i Z_i) + eps)``;
+    - ``corr``:   ``w_pj = |c_j| sigma_pj / sqrt(sum_il rho_pil + eps)`` (exact: CorrGRPO is linear);
+    - ``mdp``:    ``w_pj = |c_j| sigma_pj m_pj`` with ``m_pj`` the least-squares slope of the
+      dual anchor ``D(u_j)`` on the centred ``u_j = sign(c_j) x_j`` in group p;
     - ``dara``:   ``w_pj = |c_j| m_j s_pj / (sigma_batch(total) + eps)``, ``m_j = w_j`` (symmetric)
       or the least-squares slope ``w_j f_j + (1 - f_j)`` with ``f_j`` the share of ``u_j^2``
       on its positive side (asymmetric),
@@ -439,6 +619,18 @@ def effective_weights(x: np.ndarray, lambdas: np.ndarray, spec: AdvantageSpec) -
         w = c * sigma * _slope(x, spec.estimator, spec.eps, spec.tau, stats)
         if spec.normalize:
             w = w / (1.0 + lam.sum())
+    elif spec.aggregator == "corr":
+        sums = _corr_sums(x, signed_weights(lam, spec.reward_weight))
+        w = c * sigma / np.sqrt(sums + CORR_EPS + spec.eps)[:, None]
+    elif spec.aggregator == "mdp":
+        # The dual anchor is not linear in x: its least-squares slope on the centred
+        # (signed) component in each group, as :func:`estimator_slope` does for estimators.
+        signs = np.where(signed_weights(lam, spec.reward_weight) < 0, -1.0, 1.0)
+        d = _dual_anchor(x * signs, *_mdp_knobs(spec), 1.0)
+        centred = stats[0] * signs
+        ss = np.sum(centred**2, axis=1)
+        slope = np.where(varies, np.sum(d * centred, axis=1) / np.where(varies, ss, 1.0), 0.0)
+        w = c * sigma * slope
     elif spec.aggregator == "gdpo":
         shrink = sigma / np.where(varies, sigma + spec.eps, 1.0)
         total_std = float((standardize(x, spec.eps) @ signed_weights(lam, spec.reward_weight)).std())

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, AdvantageSpec
+from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, MDP_DEFAULTS, AdvantageSpec
 from constrained_grpo.agents.final_policy import FINAL_POLICIES
 from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
@@ -40,13 +40,17 @@ class GRPOConfig:
     aggregator: str = "scadv"
     """How reward and costs become one advantage: ``scadv`` (Constrained GRPO, arXiv
     2602.05863), ``screw`` (reward scalarization, the standard practice), ``gdpo`` (arXiv
-    2601.05242), ``dara`` (DARA density weights) or ``reward`` (unconstrained GRPO)."""
+    2601.05242), ``dara`` (DARA density weights), ``corr`` (CorrGRPO's correlation
+    denominator, arXiv 2609.36820), ``mdp`` (MDP-GRPO's dual-anchor prospect advantage, arXiv
+    2606.06058) or ``reward`` (unconstrained GRPO)."""
     estimator: str = "zscore"
     """Group estimator: ``zscore`` (GRPO, DeepSeekMath), ``mean`` (Dr. GRPO), ``batch_std``
     (TRL ``scale_rewards="batch"``), ``softmax`` (SoftmaxGRPO, arXiv 2608.09271), ``maxrl``
     (MaxRL, arXiv 2602.02710; a component that goes below 0 in a batch is first shifted by
-    its batch minimum, see :func:`~constrained_grpo.agents.advantages.maxrl`). GDPO and
-    DARA always z-score."""
+    its batch minimum, see :func:`~constrained_grpo.agents.advantages.maxrl`), ``is``
+    (IS-GRPO: the expected update of z-scores on starts drawn in proportion to their group
+    std, ``(x - mean) / mean_p std_p``; :func:`~constrained_grpo.agents.advantages.is_grpo`).
+    GDPO, DARA, CorrGRPO and MDP-GRPO have their own normalization and ignore it."""
     scadv_normalize: bool = False
     """ScAdv only: divide the advantage by ``1 + sum_k lambda_k`` (as PPO-Lagrangian, Ray et
     al. 2019), which keeps its scale bounded as multipliers grow (arXiv 2602.05863)."""
@@ -63,6 +67,17 @@ class GRPOConfig:
     """DARA: symmetric ``sum w_j u_j`` (True) or asymmetric ``sum w_j u_j+ + u_j-`` (False)."""
     dara_max_weight: float = 5.0
     """DARA: cap on the density weight ``sqrt(max pi / pi_j)``."""
+    # MDP-GRPO's knobs are null by default, standing for the release's values
+    # (advantages.MDP_DEFAULTS): a run recorded before they existed resolves as it was.
+    mdp_alpha: float | None = None
+    """MDP-GRPO: weight alpha of the goal anchor in ``(1 - alpha) PT(z) + alpha PT(delta)``
+    (arXiv 2606.06058); None: 0.2, the release's ``full_pipeline.sh``."""
+    prospect_beta: float | None = None
+    """MDP-GRPO: slope beta of the prospect shaping ``lambda tanh(beta v)``; None: 0.8 (``train.py``)."""
+    prospect_lambda_pos: float | None = None
+    """MDP-GRPO: bound lambda_+ of the shaped gain; None: 1.25 (the release's ``train.py``)."""
+    prospect_lambda_neg: float | None = None
+    """MDP-GRPO: bound lambda_- of the shaped loss, above lambda_+ for loss aversion; None: 1.8 (``train.py``)."""
 
     # --- constraints ----------------------------------------------------------------
     limits: tuple[float, ...] | Mapping[str, float] | None = None
@@ -93,6 +108,10 @@ class GRPOConfig:
     the first step whose ratio leaves the trust region."""
     kl_coef: float = 0.0
     """beta of the k3 KL penalty to a frozen reference policy (DeepSeekMath 2024); 0 = off."""
+    kl_coef_neg: float | None = None
+    """MDP-GRPO's asymmetric KL (arXiv 2606.06058): the KL coefficient on samples whose advantage
+    is negative, ``kl_coef`` staying on the others (the release: 0.025 against 0.01). None: one
+    coefficient. A language model's reference policy is where it matters; control tasks accept it."""
     ref_update_every: int = 0
     """Copy the policy into the reference every this many iterations; 0 keeps the initial
     policy as the reference for the whole run (DeepSeekMath's iterative GRPO refreshes it)."""
@@ -174,6 +193,12 @@ class GRPOConfig:
                 raise ValueError(f"{name}={value!r} must be > 0")
         if self.clip_eps_low >= 1:
             raise ValueError(f"clip_eps_low={self.clip_eps_low!r} must be < 1 (the ratio is positive)")
+        if self.mdp_alpha is not None and not (math.isfinite(self.mdp_alpha) and 0 <= self.mdp_alpha <= 1):
+            raise ValueError(f"mdp_alpha={self.mdp_alpha!r} must be in [0, 1] (the goal anchor's share), or null")
+        for name in ("prospect_beta", "prospect_lambda_pos", "prospect_lambda_neg"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{name}={value!r} must be finite and > 0, or null (the release's value)")
         for name in ("lr", "softmax_tau", "dara_max_weight"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -182,6 +207,10 @@ class GRPOConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be finite and >= 0")
+        if self.kl_coef_neg is not None and not (math.isfinite(self.kl_coef_neg) and self.kl_coef_neg >= 0):
+            raise ValueError(
+                f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or null: kl_coef for every sample)"
+            )
         if self.final_policy not in FINAL_POLICIES:
             raise ValueError(f"final_policy={self.final_policy!r}; choose one of {list(FINAL_POLICIES)}")
         if not (isinstance(self.final_snapshots, int) and self.final_snapshots >= 1):
@@ -218,6 +247,10 @@ class GRPOConfig:
             tau=self.softmax_tau,
             dara_symmetric=self.dara_symmetric,
             dara_max_weight=self.dara_max_weight,
+            **{
+                name: MDP_DEFAULTS[name] if getattr(self, name) is None else getattr(self, name)
+                for name in MDP_DEFAULTS
+            },
         )
 
     # --- (de)serialisation ----------------------------------------------------------

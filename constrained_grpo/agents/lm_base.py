@@ -26,7 +26,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-__all__ = ["Generation", "TextPolicy", "left_pad", "sample_from_logits", "token_logprobs_entropy"]
+__all__ = ["Generation", "TextPolicy", "left_pad", "row_temperatures", "sample_from_logits", "token_logprobs_entropy"]
 
 
 @dataclass
@@ -84,8 +84,10 @@ class TextPolicy(Protocol):
         *,
         greedy: bool = False,
         generator: torch.Generator | None = None,
+        sample_temperatures: Sequence[float] | None = None,
     ) -> Generation:
-        """Sample (or greedily decode) one completion per prompt."""
+        """Sample (or greedily decode) one completion per prompt; with ``sample_temperatures``
+        (one per prompt) each is drawn at its own temperature (:func:`sample_from_logits`)."""
 
     def completion_logprobs(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor
@@ -109,21 +111,45 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, mask
 
 
+def row_temperatures(sample_temperatures: Sequence[float] | None, rows: int) -> torch.Tensor | None:
+    """``[rows]`` sampling temperatures (None stays None); a wrong count or a value that is not
+    finite and > 0 is an error naming it."""
+    if sample_temperatures is None:
+        return None
+    temps = torch.as_tensor([float(t) for t in sample_temperatures], dtype=torch.float32)
+    if temps.numel() != rows:
+        raise ValueError(f"{temps.numel()} sampling temperatures for {rows} prompts; pass one per prompt")
+    if not bool(torch.isfinite(temps).all() and (temps > 0).all()):
+        raise ValueError(f"sampling temperatures {list(sample_temperatures)} must be finite and > 0")
+    return temps
+
+
 def sample_from_logits(
-    logits: torch.Tensor, temperature: float, greedy: bool, generator: torch.Generator | None
+    logits: torch.Tensor,
+    temperature: float,
+    greedy: bool,
+    generator: torch.Generator | None,
+    sample_temperatures: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(token [B], logp [B])`` from last-position ``logits [B, V]``.
 
     The log-probability is that of the temperature-scaled distribution (the policy's),
-    also for a greedy pick.
+    also for a greedy pick. With ``sample_temperatures`` ``[B]`` row b is drawn from
+    ``softmax(logits / T_b)`` instead (MDP-GRPO's multi-temperature sampling, arXiv
+    2606.06058) and its log-probability is still the policy's, as in the release, whose
+    trainer recomputes the old log-probabilities with the model at its one temperature: the
+    samples are off-policy, without an importance correction.
     """
     logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
     if greedy:
         token = logp_all.argmax(dim=-1)
     else:
+        draw = logp_all
+        if sample_temperatures is not None:
+            draw = torch.log_softmax(logits.float() / sample_temperatures.float()[:, None], dim=-1)
         # Gumbel-max: one draw per row from `generator`, no normalisation pass.
         u = torch.rand(logp_all.shape, generator=generator).clamp_(1e-20, 1.0)
-        token = (logp_all - torch.log(-torch.log(u))).argmax(dim=-1)
+        token = (draw - torch.log(-torch.log(u))).argmax(dim=-1)
     return token, logp_all.gather(-1, token.unsqueeze(-1)).squeeze(-1)
 
 

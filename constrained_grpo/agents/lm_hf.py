@@ -29,7 +29,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from constrained_grpo.agents.lm_base import Generation, left_pad, sample_from_logits, token_logprobs_entropy
+from constrained_grpo.agents.lm_base import (
+    Generation,
+    left_pad,
+    row_temperatures,
+    sample_from_logits,
+    token_logprobs_entropy,
+)
 
 __all__ = ["HFCausalLMPolicy", "SMOLLM2_GGUF", "load_hf_policy", "smollm2_gguf"]
 
@@ -139,7 +145,9 @@ class HFCausalLMPolicy(nn.Module):
         *,
         greedy: bool = False,
         generator: torch.Generator | None = None,
+        sample_temperatures: Sequence[float] | None = None,
     ) -> Generation:
+        row_temps = row_temperatures(sample_temperatures, len(prompts))
         ids, pmask = left_pad(prompts, self.pad_id)
         bsz, lp = ids.shape
         budget = min(int(max_new_tokens), self.max_context - lp)
@@ -157,7 +165,7 @@ class HFCausalLMPolicy(nn.Module):
         alive = torch.ones(bsz, dtype=torch.bool)
         steps = 0
         for t in range(budget):
-            token, token_logp = sample_from_logits(logits, self.temperature, greedy, generator)
+            token, token_logp = sample_from_logits(logits, self.temperature, greedy, generator, row_temps)
             token = torch.where(alive, token, torch.full_like(token, self.pad_id))
             tokens[:, t], logp[:, t], out_mask[:, t] = token, torch.where(alive, token_logp, 0.0), alive
             ended = alive & (token == self.eos_id)

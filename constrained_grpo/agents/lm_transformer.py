@@ -30,7 +30,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from constrained_grpo.agents.lm_base import Generation, left_pad, sample_from_logits, token_logprobs_entropy
+from constrained_grpo.agents.lm_base import (
+    Generation,
+    left_pad,
+    row_temperatures,
+    sample_from_logits,
+    token_logprobs_entropy,
+)
 from constrained_grpo.agents.lm_tokenizer import CharTokenizer
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import with_options
@@ -238,6 +244,7 @@ class TinyCausalLM(nn.Module):
         greedy: bool = False,
         generator: torch.Generator | None = None,
         ignore_eos: bool = False,
+        sample_temperatures: Sequence[float] | None = None,
     ) -> Generation:
         """Sample one completion per prompt with a KV cache; stop at ``<eos>`` or the budget.
 
@@ -246,6 +253,7 @@ class TinyCausalLM(nn.Module):
         every row going to the budget (fixed-length sampling for throughput benchmarks).
         """
         tok = self.tokenizer
+        row_temps = row_temperatures(sample_temperatures, len(prompts))
         ids, pmask = left_pad(prompts, tok.pad_id)
         bsz, lp = ids.shape
         budget = min(int(max_new_tokens), self.config.context - lp)
@@ -280,7 +288,7 @@ class TinyCausalLM(nn.Module):
         alive = torch.ones(bsz, dtype=torch.bool)
         steps = 0
         for t in range(budget):
-            token, token_logp = sample_from_logits(logits, self.temperature, greedy, generator)
+            token, token_logp = sample_from_logits(logits, self.temperature, greedy, generator, row_temps)
             token = torch.where(alive, token, torch.full_like(token, tok.pad_id))
             tokens[:, t] = token
             logp[:, t] = torch.where(alive, token_logp, torch.zeros_like(token_logp))

@@ -168,14 +168,25 @@ def policy_loss(
     veto: bool = False,
     kl_coef: float = 0.0,
     entropy_coef: float = 0.0,
+    kl_coef_neg: float | None = None,
 ) -> PolicyLossTerms:
-    """The full GRPO loss ``pg_loss_clipped + kl_coef * KL(pi || pi_ref) - entropy_coef * H``."""
+    """The full GRPO loss ``pg_loss_clipped + kl_coef * KL(pi || pi_ref) - entropy_coef * H``.
+
+    With ``kl_coef_neg`` the KL coefficient is per sample, ``kl_coef_neg`` where ``A < 0`` and
+    ``kl_coef`` elsewhere (MDP-GRPO's asymmetric KL, arXiv 2606.06058: held closer to the
+    reference on what it pushes down); the logged ``kl`` stays the unweighted mean.
+    """
     pg, stats = pg_loss_clipped(logp, logp_old, adv, mask, eps_low, eps_high, ratio_level, agg, veto)
     ent = masked_mean(entropy, mask, agg)
     loss = pg - entropy_coef * ent
     if logp_ref is not None:
-        kl = masked_mean(kl_k3(logp, logp_ref), mask, agg)
-        loss = loss + kl_coef * kl
+        per_step = kl_k3(logp, logp_ref)
+        kl = masked_mean(per_step, mask, agg)
+        if kl_coef_neg is None:
+            loss = loss + kl_coef * kl
+        else:
+            beta = torch.where(adv < 0, kl_coef_neg, kl_coef).to(per_step.dtype)
+            loss = loss + masked_mean(beta[:, None] * per_step, mask, agg)
     else:
         kl = torch.zeros((), dtype=logp.dtype)
     return PolicyLossTerms(loss, pg, kl, ent, stats["clip_frac"], stats["approx_kl"], stats["veto_frac"])

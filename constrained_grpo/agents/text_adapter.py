@@ -64,6 +64,9 @@ class TextRolloutAdapter:
         max_new_tokens: cap on a completion's tokens (also bounded by the context).
         min_new_tokens: a prompt must leave at least this many tokens of context.
         max_redraws: prompts tried per group before giving up on a too-long task.
+        sample_temperatures: MDP-GRPO's multi-temperature sampling (arXiv 2606.06058): sample
+            i of each group is drawn at temperature ``T[i mod len(T)]``; its log-probability
+            is the policy's. None: every sample at the policy's temperature.
     """
 
     def __init__(
@@ -75,7 +78,9 @@ class TextRolloutAdapter:
         max_new_tokens: int = 96,
         min_new_tokens: int = 8,
         max_redraws: int = 100,
+        sample_temperatures: Sequence[float] | None = None,
     ):
+        self.sample_temperatures = None if sample_temperatures is None else tuple(float(t) for t in sample_temperatures)
         self.env_id = env_id
         self.env_kwargs = dict(env_kwargs or {})
         self.env = make_env(env_id, **self.env_kwargs)
@@ -146,7 +151,11 @@ class TextRolloutAdapter:
         seeds, _, ids, skipped = self._draw(policy, num_groups)
         self.skipped_prompts += skipped
         repeated = [p for p in ids for _ in range(group_size)]
-        gen = policy.generate(repeated, self.max_new_tokens, generator=self.generator)
+        if self.sample_temperatures is None:
+            gen = policy.generate(repeated, self.max_new_tokens, generator=self.generator)
+        else:
+            temps = [self.sample_temperatures[i % len(self.sample_temperatures)] for i in range(group_size)] * num_groups
+            gen = policy.generate(repeated, self.max_new_tokens, generator=self.generator, sample_temperatures=temps)
         texts = [policy.decode(gen.completion_ids(b)) for b in range(len(repeated))]
         sample_seeds = np.repeat(seeds, group_size)
         rewards, costs, infos = self.score(sample_seeds, texts)

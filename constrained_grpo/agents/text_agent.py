@@ -93,6 +93,10 @@ class LMConfig:
     """The policy is ``softmax(logits / temperature)``, for sampling and for the ratio alike."""
     max_new_tokens: int = 128
     """Cap on a completion's tokens; a longer one is cut (unfinished) and usually costs."""
+    sample_temperatures: tuple[float, ...] | None = None
+    """MDP-GRPO's multi-temperature sampling (arXiv 2606.06058): sample i of a group is drawn at
+    temperature ``T[i mod len(T)]`` (the release: 0.1, 0.4, 0.7, 1.0 for groups of 4) while the
+    ratio keeps the policy's ``temperature``. None: every sample at ``temperature``."""
 
     # --- supervised warm start ------------------------------------------------------
     sft_steps: int = 1500
@@ -114,6 +118,11 @@ class LMConfig:
                 raise ValueError(f"lm.{name}={value!r} must be an integer >= 1")
         if not isinstance(self.sft_steps, int) or self.sft_steps < 0:
             raise ValueError(f"lm.sft_steps={self.sft_steps!r} must be an integer >= 0")
+        if self.sample_temperatures is not None and (
+            not self.sample_temperatures
+            or not all(isinstance(t, (int, float)) and math.isfinite(t) and t > 0 for t in self.sample_temperatures)
+        ):
+            raise ValueError(f"lm.sample_temperatures={self.sample_temperatures!r} must be finite values > 0 (or null)")
         for name in ("temperature", "sft_lr"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
@@ -236,7 +245,8 @@ class TextGRPOAgent:
             torch.set_num_threads(cfg.num_threads)
         torch.manual_seed(self.seed)
         self.adapter = TextRolloutAdapter(
-            env_id, cfg.env_kwargs, cfg.limits, seed=self.seed, max_new_tokens=self.lm.max_new_tokens
+            env_id, cfg.env_kwargs, cfg.limits, seed=self.seed, max_new_tokens=self.lm.max_new_tokens,
+            sample_temperatures=self.lm.sample_temperatures,
         )
         self.constraints = self.adapter.constraints
         self.policy, self.sft_result = build_text_policy(self.lm, self.adapter.env, self.seed)

@@ -161,7 +161,7 @@ class GRPOTrainer:
         self.multiplier: Multiplier | None = (
             make_multiplier(adapter.limits, config.multiplier) if config.constrained else None
         )
-        self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 else None
+        self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 or config.kl_coef_neg else None
         self.optimism = OptimisticStep(config.policy_optimism)
         self.final = FinalPolicyKeeper(config.final_policy, np.asarray(adapter.limits, dtype=np.float64), config.final_snapshots)
         self.iteration = 0
@@ -252,7 +252,8 @@ class GRPOTrainer:
         """``epochs`` passes of ``minibatches`` Adam steps on the policy loss; mean diagnostics."""
         cfg = self.config
         layer = getattr(self.policy, "linear_layer", None)
-        if layer is not None and cfg.ratio_level == "step" and not cfg.neg_adv_veto and hasattr(self.adapter, "flat_steps"):
+        if (layer is not None and cfg.ratio_level == "step" and not cfg.neg_adv_veto and cfg.kl_coef_neg is None
+                and hasattr(self.adapter, "flat_steps")):
             flat = self.adapter.flat_steps(batch)
             if flat is not None:
                 return self._update_linear(batch, adv, layer, flat)
@@ -282,6 +283,7 @@ class GRPOTrainer:
                     veto=cfg.neg_adv_veto,
                     kl_coef=cfg.kl_coef,
                     entropy_coef=cfg.entropy_coef,
+                    kl_coef_neg=cfg.kl_coef_neg,
                 )
                 if not bool(torch.isfinite(terms.loss)):
                     raise NonFiniteUpdateError(

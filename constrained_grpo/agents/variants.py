@@ -61,6 +61,22 @@ _TABLE: tuple[Variant, ...] = (
         "ScAdv with Dr. GRPO: mean-only baseline, no length normalization of the loss",
         {"estimator": "mean", "loss_agg": "sum"},
     ),
+    Variant(
+        "cgrpo-corr",
+        "CorrGRPO: centred weighted sum over the root of the summed within-group correlations (arXiv 2609.36820)",
+        {"aggregator": "corr"},
+    ),
+    Variant(
+        "cgrpo-is",
+        "IS-GRPO (importance-sampled GRPO, derived from its paper's statement: docs/papers.md): "
+        "z-scores on starts drawn in proportion to their std, in expectation",
+        {"estimator": "is"},
+    ),
+    Variant(
+        "cgrpo-mdp",
+        "MDP-GRPO: dual-anchor (group and goal) advantages with prospect-theoretic shaping (arXiv 2606.06058)",
+        {"aggregator": "mdp"},
+    ),
     Variant("cgrpo-batchstd", "ScAdv with a group mean and a batch std (TRL scale_rewards='batch')", {"estimator": "batch_std"}),
     Variant(
         "cgrpo-mu",

@@ -3,9 +3,9 @@
 An algorithm's colour comes from its name alone: the suite's main algorithms have fixed
 colours; any other name takes the entry ``crc32(name) mod 20`` of the first 20 (Tableau 20).
 Two algorithms that would share a colour are told apart by giving the later name (the fixed
-names first, then in sorted order) the next free entry, the 10 darker tones after the first
-20 included, so that up to ``len(PALETTE)`` = 30 algorithms (the standard board draws 28: 25
-learners and 3 references) never show one colour twice; past that, colours repeat in the
+names first, then in sorted order) the next free entry, the 15 Tableau 20b tones after the
+first 20 included, so that up to ``len(PALETTE)`` = 35 algorithms (the standard board draws 31:
+28 learners and 3 references) never show one colour twice; past that, colours repeat in the
 same order. ``cgrpo plot`` and the HTML page take the colours of all their algorithms at
 once, so an algorithm has one colour across a board's tasks.
 """
@@ -18,12 +18,13 @@ from collections.abc import Iterable
 __all__ = ["PALETTE", "algo_color", "algo_colors", "algo_marker"]
 
 #: Tableau 10, then the lighter Tableau 20 tones: distinct hues first; then 10 Tableau 20b
-#: tones (the darkest of each of its five hues, then one mid tone each), taken only when a
-#: figure has used the first 20.
+#: tones (the darkest of each of its five hues, then one mid tone each) and its 5 lightest,
+#: taken only when a figure has used the first 20.
 PALETTE: tuple[str, ...] = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
     "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5",
     "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52", "#d6616b", "#ce6dbd",
+    "#9c9ede", "#cedb9c", "#e7cb94", "#e7969c", "#de9ed6",
 )
 #: The entries a name's hash picks from (the first 20), so that an algorithm's preferred
 #: colour is the same as before the darker tones were added.

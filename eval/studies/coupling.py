@@ -21,7 +21,9 @@ Two commands::
 
 ``demo`` (no training, seconds) rolls out a fixed scripted mixture of routes on groups of
 episodes that share a reset seed, holds lambda_hazard fixed, sweeps lambda_fuel and
-writes the effective weights of both aggregators (``controlled.csv``, ``controlled.png``).
+writes the effective weights of ScRew and ScAdv and, beside them, of the GRPO literature's
+CorrGRPO (``corr``), IS-GRPO (``is``) and MDP-GRPO (``mdp``) (``controlled.csv``,
+``controlled.png``; :data:`DEMO_SPECS`).
 
 ``analyze`` reads the runs of ``cgrpo bench --preset coupling --out RUNS_DIR`` through the
 long table (``eval.loader.load_results``) and writes one row of metrics per run
@@ -63,6 +65,7 @@ from constrained_grpo.files import atomic_write_csv, atomic_write_text  # noqa: 
 __all__ = [
     "ALGOS",
     "ENV_ID",
+    "DEMO_SPECS",
     "RunData",
     "analyze",
     "bench_command",
@@ -90,6 +93,16 @@ ALGOS: dict[str, str] = {"cgrpo": "scadv", "grpo-screw": "screw"}
 #: Tail fraction and tolerance of the acceptance criterion (``eval.metrics.tail_summary``).
 TAIL_FRAC = 0.2
 TOL = 0.1
+#: The demo's advantage rules by the label of its ``aggregator`` column: ScRew and ScAdv, then
+#: the GRPO literature's (docs/papers.md): CorrGRPO's correlation denominator, IS-GRPO's
+#: estimator on ScAdv's components, MDP-GRPO's dual-anchor prospect advantage.
+DEMO_SPECS: dict[str, AdvantageSpec] = {
+    "screw": AdvantageSpec("screw"),
+    "scadv": AdvantageSpec("scadv"),
+    "corr": AdvantageSpec("corr"),
+    "is": AdvantageSpec("scadv", "is"),
+    "mdp": AdvantageSpec("mdp"),
+}
 #: Default route mixture of the demo's scripted policy (route -> probability).
 DEMO_ROUTES: dict[str, float] = {"short": 0.25, "safe": 0.25, "clean": 0.25, "gem": 0.25}
 
@@ -166,15 +179,17 @@ def effective_weight_sweep(
     fixed: Mapping[str, float],
     sweep: str,
     values: Sequence[float],
-    aggregators: Sequence[str] = ("screw", "scadv"),
+    aggregators: Sequence[str] = tuple(DEMO_SPECS),
 ) -> pd.DataFrame:
     """Effective weights of each aggregator as multiplier ``sweep`` runs over ``values``.
 
     The other multipliers are held at ``fixed``. Tidy rows:
     ``aggregator, lambda_<c> (every cost c), component, weight``, with
-    ``weight = effective_weights(x, lambda, AdvantageSpec(aggregator))[j]`` (z-scores):
+    ``weight = effective_weights(x, lambda, DEMO_SPECS[aggregator])[j]``:
     ScRew ``lambda_j sigma_j / sigma_S``, ScAdv ``lambda_j`` (``|c_0| = 1`` for the reward),
-    each averaged over the groups in which component j varies.
+    CorrGRPO ``lambda_j sigma_j / sqrt(sum rho)``, IS-GRPO ``lambda_j sigma_j / mean sigma_j``,
+    MDP-GRPO ``lambda_j sigma_j`` times its dual anchor's slope, each averaged over the groups
+    in which component j varies.
     """
     costs = list(components[1:])
     missing = sorted(set(costs) - set(fixed) - {sweep})
@@ -183,7 +198,7 @@ def effective_weight_sweep(
                          f"multiplier (missing {missing})")
     rows: list[dict[str, Any]] = []
     for agg in aggregators:
-        spec = AdvantageSpec(aggregator=agg)
+        spec = DEMO_SPECS[agg] if agg in DEMO_SPECS else AdvantageSpec(aggregator=agg)
         for v in values:
             lam_map = {**{c: float(fixed.get(c, 0.0)) for c in costs}, sweep: float(v)}
             lam = np.array([lam_map[c] for c in costs])
@@ -204,8 +219,11 @@ def sweep_spans(df: pd.DataFrame) -> pd.DataFrame:
 
 def _plot_controlled(df: pd.DataFrame, sweep: str, fixed: Mapping[str, float], path: Path, env_id: str = ENV_ID) -> Path:
     aggs = list(dict.fromkeys(df["aggregator"]))
-    titles = {"screw": "ScRew: scalarize, then standardize", "scadv": "ScAdv: standardize, then scalarize"}
-    fig, axes = plt.subplots(1, len(aggs), figsize=(5.0 * len(aggs), 3.8), sharey=True, squeeze=False,
+    titles = {"screw": "ScRew: scalarize, then standardize", "scadv": "ScAdv: standardize, then scalarize",
+              "corr": "CorrGRPO: centred sum / sqrt(sum ρ)", "is": "IS-GRPO: (x - mean) / mean σ",
+              "mdp": "MDP-GRPO: dual anchor, prospect"}
+    # Own y scales: CorrGRPO's weights keep the components' units (fuel's std is ~30 times the reward's).
+    fig, axes = plt.subplots(1, len(aggs), figsize=(3.6 * len(aggs), 3.8), sharey=False, squeeze=False,
                              layout="constrained")
     for ax, agg in zip(axes[0], aggs):
         d = df[df["aggregator"] == agg]
@@ -263,6 +281,9 @@ def run_demo(
                   f"{s[('screw', comp)]:.4f} ({ends[('screw', comp, values[0])]:.4f} at 0 -> "
                   f"{ends[('screw', comp, values[-1])]:.4f} at {lambda_fuel_max:g}), ScAdv's by {s[('scadv', comp)]:.2e} "
                   f"(constant {ends[('scadv', comp, values[0])]:.4f})")
+        for agg in (a for a in DEMO_SPECS if a not in ("screw", "scadv")):
+            print(f"beside them, {agg}: " + ", ".join(
+                f"{comp} {ends[(agg, comp, values[0])]:.4f} -> {ends[(agg, comp, values[-1])]:.4f}" for comp in names))
         print(f"wrote {csv_path} and {png}")
     return [csv_path, png], spans
 

@@ -82,8 +82,30 @@ def test_run_demo_writes_outputs(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 0 for p in paths)
     df = pd.read_csv(tmp_path / "controlled.csv")
     assert list(df.columns) == ["aggregator", "lambda_hazard", "lambda_fuel", "component", "weight"]
-    assert len(df) == 2 * 4 * 3
-    assert set(spans["aggregator"]) == {"screw", "scadv"}
+    assert len(df) == 5 * 4 * 3
+    assert list(dict.fromkeys(spans["aggregator"])) == ["screw", "scadv", "corr", "is", "mdp"]
+
+
+def test_literature_aggregators_beside_screw_and_scadv_as_lambda_moves() -> None:
+    """On real episodes, as lambda_fuel runs over (0, 3] with lambda_hazard fixed: CorrGRPO's
+    reward and hazard weights do not move (its denominator sees a multiplier's sign, not its
+    size) but jump when fuel enters at lambda_fuel > 0; IS-GRPO's and MDP-GRPO's are constant
+    like ScAdv's; every fuel weight grows in proportion to lambda_fuel, unlike ScRew's."""
+    x, names = coupling.collect_batch(num_groups=4, group_size=8, seed=3)
+    values = np.linspace(0, 3, 7)
+    df = coupling.effective_weight_sweep(x, names, {"hazard": 0.7}, "fuel", values)
+    assert list(dict.fromkeys(df["aggregator"])) == ["screw", "scadv", "corr", "is", "mdp"]
+    w = df.set_index(["aggregator", "component", "lambda_fuel"])["weight"]
+    for agg in ("corr", "is", "mdp"):
+        for comp in ("reward", "hazard"):
+            moving = [w[(agg, comp, v)] for v in values[1:]]
+            assert max(moving) - min(moving) <= 1e-12, (agg, comp)
+        fuel = np.array([w[(agg, "fuel", v)] for v in values[1:]])
+        np.testing.assert_allclose(fuel / values[1:], fuel[0] / values[1], rtol=1e-9)
+        assert w[(agg, "fuel", 0.0)] == 0.0
+    assert w[("corr", "reward", 0.0)] != pytest.approx(w[("corr", "reward", 3.0)])
+    screw_fuel = np.array([w[("screw", "fuel", v)] for v in values[1:]])
+    assert np.ptp(screw_fuel / values[1:]) > 0.1  # ScRew's fuel weight is not proportional to lambda_fuel
 
 
 # ---------------------------------------------------------------------- analyze

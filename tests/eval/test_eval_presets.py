@@ -51,7 +51,8 @@ GRPO = ("cgrpo", "grpo-screw", "grpo")
 
 
 #: The standard preset's algorithms on the math tasks: its GRPO agents that act on text.
-STANDARD_TEXT = ("cgrpo", "grpo-screw", "grpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo")
+STANDARD_TEXT = ("cgrpo", "grpo-screw", "grpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo",
+                 "cgrpo-corr", "cgrpo-is", "cgrpo-mdp")
 
 
 def _grid(preset) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], int, int]]:
@@ -87,7 +88,7 @@ def test_standard_runs():
     shipped = {a for a in list_agents() if not a.endswith("-omnisafe") and not agent_spec(a).reference
                and not a.startswith(("cgrpo-batchstd", "cgrpo-dara", "cgrpo-drgrpo", "cgrpo-gdpo", "cgrpo-gspo",
                                      "cgrpo-maxrl", "cgrpo-mu", "cgrpo-norm", "cgrpo-softmax"))}
-    assert set(STANDARD_ALGOS) == shipped and len(STANDARD_ALGOS) == 25
+    assert set(STANDARD_ALGOS) == shipped and len(STANDARD_ALGOS) == 28
     # On math the GRPO agents that can act on text (the deployed-policy remedies cannot).
     text = STANDARD_TEXT
     assert text == tuple(a for a in STANDARD_ALGOS if agent_spec(a).acts_on_text)
@@ -101,7 +102,7 @@ def test_standard_runs():
         "Math/ChainSumLong-v0": (text, ten, 9_600, None),
     }
     # Learners, then references: 3 per gridworld task, random + safe driver on highway, the warm start on math.
-    assert len(preset.runs()) == 4 * (25 + 3) * 10 + (25 + 2) * 10 + 2 * (9 + 1) * 10
+    assert len(preset.runs()) == 4 * (28 + 3) * 10 + (28 + 2) * 10 + 2 * (12 + 1) * 10
     # The coupling experiment's setting is the standard preset's Grid/HazardFuel-v0 (same algos' configs, budget, seeds).
     coupling = PRESETS["coupling"]
     assert coupling.budgets() == {"Grid/HazardFuel-v0": preset.budgets()["Grid/HazardFuel-v0"]}

@@ -36,17 +36,17 @@ def test_an_algorithm_keeps_its_colour_across_figures():
 
 
 def test_the_standard_board_draws_each_algorithm_in_its_own_colour_and_keeps_the_fixed_ones():
-    # 25 learners and 3 references: more than Tableau 20's 20 colours. Hashed names sorted
+    # 28 learners and 3 references: more than Tableau 20's 20 colours. Hashed names sorted
     # before a fixed one ("cgrpo-crpo" before "grpo") once took its colour in a full figure.
     algos = [*PRESETS["standard"].algos, "ref-random", "ref-optimal", "ref-unconstrained"]
-    assert len(algos) == 28
+    assert len(algos) == 31
     full = algo_colors(algos)
-    assert len(set(full.values())) == 28
+    assert len(set(full.values())) == 31
     assert (full["cgrpo"], full["grpo"], full["grpo-screw"], full["ppo-lag"]) == (
         "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
     small = algo_colors(["cgrpo", "grpo", "grpo-screw", "ppo-lag", "cpo"])
     assert all(full[a] == small[a] for a in small)
-    # Past the 30 colours they repeat, from the preferred one again.
+    # Past the 35 colours they repeat, from the preferred one again.
     more = algo_colors([f"user_algo_{i}" for i in range(len(PALETTE) + 1)])
     assert len(set(more.values())) == len(PALETTE)
 
