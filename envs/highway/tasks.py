@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from constrained_grpo.envs.highway.options import SCENARIOS, HighwayOptions
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["HIGHWAY", "HIGHWAY_TASKS"]
 
@@ -32,9 +32,13 @@ _BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
 HIGHWAY = Family("highway", EvalPlan(power=0.95, cap=20_000, pilot=1_000), references=("ref-random",), extra="highway",
                  code_options=("config.other_vehicles_type",))
 _STRAIGHT_REFERENCES = ("ref-random", "ref-safe-driver")
+#: Binding on the straight highway: the unconstrained learners of both families (their
+#: recorded runs) must break a limit; the scripted safe driver must keep every limit.
+_STRAIGHT_BINDING = Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-driver",))
 
 
-def _task(name: str, scenario: str, action_mode: str, version: int = 0, **kwargs: Any) -> TaskInfo:
+def _task(name: str, scenario: str, action_mode: str, version: int = 0, binding: Binding | None = None,
+          **kwargs: Any) -> TaskInfo:
     options = HighwayOptions(scenario=scenario, action_mode=action_mode, **kwargs)
     actions = "meta-actions" if action_mode == "discrete" else "continuous throttle/steering"
     description = (
@@ -51,6 +55,8 @@ def _task(name: str, scenario: str, action_mode: str, version: int = 0, **kwargs
         _BATCHED_VEC if scenario == "highway" else _VEC,
         references=_STRAIGHT_REFERENCES if scenario == "highway" and action_mode == "discrete" else None,
         batched_eval=scenario == "highway",
+        binding=binding if binding is not None else (
+            _STRAIGHT_BINDING if scenario == "highway" and action_mode == "discrete" else None),
     )
 
 

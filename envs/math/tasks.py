@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["BUILTIN_MATH", "BUILTIN_MATH_TASKS", "MATH", "MATH_TASKS", "REASONING_GYM_TASKS"]
 
@@ -21,9 +21,13 @@ _MATH = "constrained_grpo.envs.math.env:MathEnv"
 #: the expensive step, so evaluation is capped at 200 problems per policy (the plan for the
 #: banned rate at 0.05 with 95% power is 21,551: docs/benchmark.md section 3 gives what 200
 #: can certify). The reference is the GRPO learners' warm start.
-MATH = Family("math", EvalPlan(power=0.95, cap=200, pilot=200), references=("ref-warmstart",), text=True, extra="math")
+#: Binding: the unconstrained GRPO learner's recorded runs break a limit; a constrained
+#: learner's keep them (no scripted reference writes text the way the learners do).
+MATH_BINDING = Binding(unconstrained=("grpo",), keepers=("cgrpo",))
+MATH = Family("math", EvalPlan(power=0.95, cap=200, pilot=200), references=("ref-warmstart",), text=True, extra="math",
+              binding=MATH_BINDING)
 #: The built-in generators need no extra.
-BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True)
+BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True, binding=MATH_BINDING)
 
 
 def _math(name: str, description: str, **kwargs: Any) -> TaskInfo:

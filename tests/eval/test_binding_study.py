@@ -1,0 +1,77 @@
+"""The binding check: every task of the standard board declares the policies that stand for
+the reward maximiser and one that keeps every limit, and the check decides from the exact
+optimum, the committed record, or scripted stand-ins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from constrained_grpo.eval.studies.binding import check_binding, side_from_episodes
+from constrained_grpo.tasks import task_info
+
+RECORD = Path(__file__).resolve().parents[2] / "results" / "standard"
+GRIDS = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0")
+
+
+@pytest.mark.parametrize("task", GRIDS)
+def test_gridworlds_bind_by_their_exact_optimum(task):
+    exact = check_binding(task, record=None)
+    assert exact.passed and [s.name for s in exact.unconstrained] == ["exact:unconstrained"]
+    # The recorded unconstrained learners and references agree, on 10 of 10 seeds each.
+    recorded = check_binding(task, record=RECORD)
+    assert recorded.passed, "\n".join(recorded.lines())
+    assert all(s.breaking == s.seeds == 10 for s in recorded.unconstrained if s.source == "record")
+    assert all(s.within == s.seeds == 10 for s in recorded.keepers if s.source == "record")
+    assert recorded.gap > 0.2  # R* trails the unconstrained return by 20-28% (1.5 against 1.09-1.20)
+
+
+def test_hazard_fuel_gap_is_the_lps():
+    report = check_binding("Grid/HazardFuel-v0", record=None)
+    unc, con = report.unconstrained[0], report.keepers[0]
+    assert unc.mean_return == pytest.approx(1.5) and con.mean_return == pytest.approx(1.1333, abs=1e-4)
+    assert unc.costs["fuel"] == pytest.approx(21.0) and con.costs["fuel"] == pytest.approx(12.0)
+    assert report.gap == pytest.approx(1.5 - 1.13333, abs=1e-4)
+
+
+def test_chain_sum_long_binds_on_the_committed_board():
+    report = check_binding("Math/ChainSumLong-v0", record=RECORD)
+    assert report.passed and report.unconstrained[0].breaking == 10 and report.keepers[0].within == 10
+    assert report.gap == pytest.approx(0.7935 - 0.5375, abs=1e-4)
+
+
+def test_highway_v1_does_not_bind_for_ppo():
+    """Unconstrained ppo keeps every limit of Highway-v1 on 8 of 10 seeds: the reason for Highway-v2."""
+    report = check_binding("Highway/Highway-v1", record=RECORD)
+    ppo = next(s for s in report.unconstrained if s.name == "ppo")
+    assert not report.binds and (ppo.breaking, ppo.within) == (2, 8) and report.kept
+
+
+def test_every_standard_task_declares_its_binding():
+    from constrained_grpo.eval.presets import get_preset
+
+    standard = get_preset("standard")
+    for task in (*standard.resolved_tasks(), *getattr(standard, "controls", ())):
+        binding = task_info(task).task_binding()
+        assert binding is not None and binding.keepers, task
+        assert binding.exact or binding.unconstrained, task
+
+
+def test_side_verdicts_from_episodes():
+    """Clopper-Pearson by hand (K = 1, alpha 0.05): 30 crashes in 100 episodes have the lower
+    bound Beta^-1(0.05; 30, 71) = 0.22, over the tolerated 0.11 of a limit of 0.1; 0 in 100
+    the upper bound 1 - 0.05^(1/100) = 0.030, within."""
+    cons = [type("C", (), {"name": "crash", "limit": 0.1, "indicator": True})()]
+    over = side_from_episodes("x", np.ones(100), np.r_[np.ones(30), np.zeros(70)][:, None], cons)
+    assert (over.breaking, over.within, over.costs["crash"]) == (1, 0, 0.3)
+    keep = side_from_episodes("y", np.ones(100), np.zeros((100, 1)), cons)
+    assert (keep.breaking, keep.within) == (0, 1)
+    close = side_from_episodes("z", np.ones(100), np.r_[np.ones(12), np.zeros(88)][:, None], cons)
+    assert (close.breaking, close.within) == (0, 0)  # 12 in 100: bounds 0.07 and 0.19, undetermined
+
+
+def test_undeclared_task_is_a_clear_error():
+    with pytest.raises(ValueError, match="declares no binding"):
+        check_binding("Highway/Merge-v0", record=None)
