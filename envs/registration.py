@@ -69,9 +69,9 @@ class Binding:
             unconstrained optimum's costs and the constrained optimum's decide, with no episodes.
         recorded_as: runs of this task id stand for this one (the same env, episodes and
             costs; other limits): their evaluations are re-scored against this task's limits.
-        scripted: a function ``module:attr`` ``(env_id, problems) -> {policy: EvalResult}`` that
-            plays scripted stand-ins of both sides where no run is recorded (``unconstrained``
-            and ``keepers`` then name its keys).
+        scripted: a function ``module:attr`` ``(env_id, problems) -> (unconstrained, keepers)``,
+            two ``{policy: EvalResult}`` of scripted stand-ins of the two sides (for a task whose
+            runs are not recorded yet); the names it plays are among ``unconstrained`` / ``keepers``.
     """
 
     unconstrained: tuple[str, ...] = ()

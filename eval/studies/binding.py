@@ -93,7 +93,8 @@ class BindingReport:
         keepers: the policies known to keep every limit.
         binds: every unconstrained policy with seeds breaks on at least ``MIN_SHARE`` of them.
         kept: some keeper is within every limit on all of its seeds (at least one).
-        gap: best unconstrained mean return minus the best kept keeper's (NaN when undecided).
+        gap: best unconstrained mean return minus the best kept keeper's, over exact and
+            recorded sides (NaN when undecided, or when only scripted stand-ins were played).
         passed: ``binds and kept``.
         note: why a side could not be judged, if one could not.
     """
@@ -237,25 +238,33 @@ def check_binding(task: str, record: str | Path | None = RECORD, *, problems: in
         u, k = _exact_sides(task)
         unc.append(u)
         keep.append(k)
+    scripted: tuple[Mapping[str, Any], Mapping[str, Any]] = ({}, {})
     if binding.scripted:
-        played: Mapping[str, Any] = _load(binding.scripted)(task, problems)
-        for names, out in ((binding.unconstrained, unc), (binding.keepers, keep)):
-            out += [side_from_episodes(n, played[n].returns, played[n].costs, constraints) for n in names]
-    elif record is not None and (binding.unconstrained or binding.keepers):
+        scripted = _load(binding.scripted)(task, problems)
+        for played, out in zip(scripted, (unc, keep)):
+            out += [side_from_episodes(n, r.returns, r.costs, constraints) for n, r in played.items()]
+    recorded_names = [[n for n in names if n not in played] for names, played in
+                      zip((binding.unconstrained, binding.keepers), scripted)]
+    if record is not None and any(recorded_names):
         if not Path(record, "record.json").is_file():
             notes.append(f"no record at {record}: the recorded sides are not judged")
         else:
             recorded = binding.recorded_as or task
-            for names, out in ((binding.unconstrained, unc), (binding.keepers, keep)):
+            for names, out in zip(recorded_names, (unc, keep)):
                 out += [_recorded_side(n, task, recorded, str(record), constraints) for n in names]
-    judged = [s for s in unc if s.seeds]
     missing = [s.name for s in unc + keep if not s.seeds]
+    unc, keep = [s for s in unc if s.seeds], [s for s in keep if s.seeds]
+    judged = unc
     if missing:
         notes.append(f"no recorded runs of {missing}")
     binds = bool(judged) and all(s.breaking >= min_share * s.seeds for s in judged)
     kept_sides = [s for s in keep if s.seeds and s.within == s.seeds]
-    gap = (max(s.mean_return for s in judged) - max(s.mean_return for s in kept_sides)
-           if judged and kept_sides else math.nan)
+    # Scripted stand-ins know the answers: their returns say nothing of what keeping costs.
+    gap_unc = [s for s in judged if s.source != "scripted"]
+    gap_keep = [s for s in kept_sides if s.source != "scripted"]
+    gap = max(s.mean_return for s in gap_unc) - max(s.mean_return for s in gap_keep) if gap_unc and gap_keep else math.nan
+    if math.isnan(gap) and judged and kept_sides:
+        notes.append("the return gap needs recorded runs (scripted stand-ins know the answers)")
     return BindingReport(task, limits, tuple(unc), tuple(keep), binds, bool(kept_sides), float(gap),
                          binds and bool(kept_sides), "; ".join(notes))
 

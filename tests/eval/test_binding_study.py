@@ -42,6 +42,22 @@ def test_chain_sum_long_binds_on_the_committed_board():
     assert report.gap == pytest.approx(0.7935 - 0.5375, abs=1e-4)
 
 
+def test_chain_sum_does_not_bind_and_is_an_unranked_control():
+    report = check_binding("Math/ChainSum-v0", record=RECORD)
+    assert not report.binds and report.unconstrained[0].breaking == 0
+    from constrained_grpo.eval.presets import get_preset
+
+    standard = get_preset("standard")
+    assert "Math/ChainSum-v0" in standard.controls and "Math/ChainSumHard-v1" in standard.resolved_tasks()
+
+
+def test_chain_sum_hard_v1_binds_with_scripted_stand_ins():
+    report = check_binding("Math/ChainSumHard-v1", record=None, problems=500)
+    assert report.passed, "\n".join(report.lines())
+    worked = report.unconstrained[0]
+    assert worked.costs["length"] > 0.5 and worked.mean_return == 1.0
+
+
 def test_highway_v1_does_not_bind_for_ppo():
     """Unconstrained ppo keeps every limit of Highway-v1 on 8 of 10 seeds: the reason for Highway-v2."""
     report = check_binding("Highway/Highway-v1", record=RECORD)
@@ -53,7 +69,7 @@ def test_every_standard_task_declares_its_binding():
     from constrained_grpo.eval.presets import get_preset
 
     standard = get_preset("standard")
-    for task in (*standard.resolved_tasks(), *getattr(standard, "controls", ())):
+    for task in (*standard.resolved_tasks(), *standard.controls):
         binding = task_info(task).task_binding()
         assert binding is not None and binding.keepers, task
         assert binding.exact or binding.unconstrained, task
