@@ -146,6 +146,10 @@ class TaskInfo:
             whose episodes equal the env's on the same reset seeds), so the harness's final
             evaluation runs on it.
         binding: what shows that its limits bind, replacing its family's (None: the family's).
+        return_anchors: ``(low, high)`` reference policies whose mean returns on the task
+            anchor its normalised return ``(R - R_low) / (R_high - R_low)`` (0: the low
+            reference, 1: the high one), for a task without an exact optimum; None: ``R / R*``
+            where there is an optimum, else none.
     """
 
     env_id: str
@@ -158,6 +162,7 @@ class TaskInfo:
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     batched_eval: bool = False
     binding: Binding | None = None
+    return_anchors: tuple[str, str] | None = None
 
     def task_binding(self) -> Binding | None:
         """What shows that this task's limits bind (:class:`Binding`), or None where undeclared."""

@@ -38,13 +38,14 @@ _STRAIGHT_BINDING = Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-dr
 
 
 def _task(name: str, scenario: str, action_mode: str, version: int = 0, binding: Binding | None = None,
-          **kwargs: Any) -> TaskInfo:
+          return_anchors: tuple[str, str] | None = None, **kwargs: Any) -> TaskInfo:
     options = HighwayOptions(scenario=scenario, action_mode=action_mode, **kwargs)
     actions = "meta-actions" if action_mode == "discrete" else "continuous throttle/steering"
     description = (
         f"{SCENARIOS[scenario].summary}; {actions}; costs {', '.join(options.cost_names)} "
         f"(speed limit {options.speed_limit:g} m/s"
-        + (f", headway limit {options.headway_limit:g}" if "headway_limit" in kwargs else "") + ")"
+        + (f", headway limit {options.headway_limit:g}" if "headway_limit" in kwargs else "")
+        + (f", collision limit {options.collision_limit:g}" if "collision_limit" in kwargs else "") + ")"
     )
     return TaskInfo(
         f"Highway/{name}-v{version}",
@@ -57,6 +58,7 @@ def _task(name: str, scenario: str, action_mode: str, version: int = 0, binding:
         batched_eval=scenario == "highway",
         binding=binding if binding is not None else (
             _STRAIGHT_BINDING if scenario == "highway" and action_mode == "discrete" else None),
+        return_anchors=return_anchors,
     )
 
 
@@ -67,6 +69,14 @@ def _task(name: str, scenario: str, action_mode: str, version: int = 0, binding:
 HIGHWAY_TASKS: tuple[TaskInfo, ...] = (
     _task("Highway", "highway", "discrete"),
     _task("Highway", "highway", "discrete", version=1, headway_limit=0.2),
+    # Highway-v2: the limits between the safe driver's levels and the unconstrained learners'
+    # (on Highway-v1's committed runs, 10 seeds x 10,175 episodes: ref-safe-driver collision
+    # 0.029, headway 0.094; ppo's slow policy 0.087-0.094 and 0.151-0.155, grpo 0.44 and 0.35),
+    # so that it binds for every family; its returns are normalised between ref-random (0) and
+    # ref-safe-driver (1). docs/benchmark.md section 2.
+    _task("Highway", "highway", "discrete", version=2, headway_limit=0.13, collision_limit=0.05,
+          binding=Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-driver",), recorded_as="Highway/Highway-v1"),
+          return_anchors=("ref-random", "ref-safe-driver")),
     _task("HighwayContinuous", "highway", "continuous"),
     _task("Merge", "merge", "discrete"),
     _task("MergeContinuous", "merge", "continuous"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from constrained_grpo.eval.studies.binding import check_binding, side_from_episodes
-from constrained_grpo.tasks import task_info
+from constrained_grpo.tasks import task_constraints, task_info
 
 RECORD = Path(__file__).resolve().parents[2] / "results" / "standard"
 GRIDS = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0")
@@ -63,6 +63,23 @@ def test_highway_v1_does_not_bind_for_ppo():
     report = check_binding("Highway/Highway-v1", record=RECORD)
     ppo = next(s for s in report.unconstrained if s.name == "ppo")
     assert not report.binds and (ppo.breaking, ppo.within) == (2, 8) and report.kept
+
+
+def test_highway_v2_binds_on_the_re_scored_v1_runs():
+    report = check_binding("Highway/Highway-v2", record=RECORD)
+    assert report.passed, "\n".join(report.lines())
+    assert all(s.source == "record of Highway/Highway-v1" and s.breaking == s.seeds == 10 for s in report.unconstrained)
+
+
+def test_highway_v2_declares_its_limits_and_return_anchors():
+    cons = {c.name: c.limit for c in task_constraints("Highway/Highway-v2")}
+    assert cons == {"collision": 0.05, "speeding": 0.1, "headway": 0.13, "lane_change": 3.0}
+    assert {c.name: c.limit for c in task_constraints("Highway/Highway-v1")}["collision"] == 0.1  # v1 unchanged
+    info = task_info("Highway/Highway-v2")
+    assert info.return_anchors == ("ref-random", "ref-safe-driver")
+    assert set(info.return_anchors) <= set(info.task_references())
+    # A user's limits still override the declared ones.
+    assert {c.name: c.limit for c in task_constraints("Highway/Highway-v2", limits={"collision": 0.2})}["collision"] == 0.2
 
 
 def test_every_standard_task_declares_its_binding():
