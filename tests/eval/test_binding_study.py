@@ -108,3 +108,15 @@ def test_side_verdicts_from_episodes():
 def test_undeclared_task_is_a_clear_error():
     with pytest.raises(ValueError, match="declares no binding"):
         check_binding("Highway/Merge-v0", record=None)
+
+
+def test_the_study_prints_one_json_object_per_task_and_fails_on_a_failing_task(capsys):
+    import json
+
+    from constrained_grpo.eval.studies.binding import main
+
+    assert main(["Grid/HazardFuel3x3-v0", "--json", "--record", str(RECORD)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["passed"] and report["limits"] == {"hazard": 0.2, "fuel": 4.4}
+    assert main(["Math/ChainSum-v0", "--record", str(RECORD)]) == 1
+    assert "does NOT bind" in capsys.readouterr().out

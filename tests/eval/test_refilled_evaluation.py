@@ -120,3 +120,17 @@ def test_partial_reset_restarts_sautes_budgets_of_the_masked_rows_only():
     make = lambda b: saute.wrap_eval_vec_env(make_vec_env(TASK, b))  # noqa: E731
     old = play_batched(make, saute.act_batch, False, seeds, 4, wave=8, refill=False)
     assert _same(old, play_batched(make, saute.act_batch, False, seeds, 4, wave=8))
+
+
+def test_highway_eval_bench_measures_both_ways(tmp_path):
+    """The bench row (tiny budget): training time, both evaluations, and the same episodes."""
+    from constrained_grpo.eval.bench import highway_eval
+
+    (path,) = highway_eval.run(tmp_path, algos=("cgrpo",), steps=100, episodes=40)
+    import pandas as pd
+
+    row = pd.read_csv(path).iloc[0]
+    assert row["algo"] == "cgrpo" and row["episodes"] == 40 and bool(row["same_episodes"])
+    assert row["train_s"] > 0 and row["eval_s_waves"] > 0 and row["eval_s_refilled"] > 0
+    assert 0 < row["row_use_waves"] <= row["row_use_refilled"] <= 1
+    assert 0 < row["eval_share_refilled"] < 1 and row["target_eval_share"] == 0.25
