@@ -82,6 +82,25 @@ def test_highway_v2_declares_its_limits_and_return_anchors():
     assert {c.name: c.limit for c in task_constraints("Highway/Highway-v2", limits={"collision": 0.2})}["collision"] == 0.2
 
 
+#: Standard-board tasks whose check fails on the committed board, and why: ChainSum-v0 runs as
+#: an unranked control; Highway-v1 stays in the preset until Highway-v2's budget is measured.
+KNOWN_NOT_BINDING = {"Math/ChainSum-v0": "unranked control", "Highway/Highway-v1": "replaced by Highway-v2 after its curves"}
+
+
+def _standard_tasks() -> list[str]:
+    from constrained_grpo.eval.presets import get_preset
+
+    standard = get_preset("standard")
+    return [*standard.resolved_tasks(), *(t for t in standard.controls if t not in standard.resolved_tasks())]
+
+
+@pytest.mark.parametrize("task", [t for t in _standard_tasks() if t not in GRIDS])
+def test_every_standard_task_passes_its_binding_check_or_is_a_named_exception(task):
+    report = check_binding(task, record=RECORD, problems=500)
+    assert report.passed == (task not in KNOWN_NOT_BINDING), "\n".join(report.lines())
+    assert set(GRIDS) <= set(_standard_tasks())  # the gridworlds: test_gridworlds_bind_by_their_exact_optimum
+
+
 def test_every_standard_task_declares_its_binding():
     from constrained_grpo.eval.presets import get_preset
 
