@@ -152,8 +152,12 @@ class SauteVectorObservation(gym.vector.VectorWrapper):
         return np.concatenate([obs, self.z.astype(obs.dtype)], axis=-1)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        mask = (kwargs.get("options") or {}).get("reset_mask")  # a partial reset: those rows only
         obs, info = self.env.reset(**kwargs)
-        self.z = np.ones((self.num_envs, len(self.limits)))
+        if mask is None:
+            self.z = np.ones((self.num_envs, len(self.limits)))
+        else:
+            self.z[np.asarray(mask, dtype=bool)] = 1.0
         return self._augment(obs), info
 
     def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import gymnasium as gym
 
-__all__ = ["ALGO_FAMILIES", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
+__all__ = ["ALGO_FAMILIES", "Binding", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
 
 #: The algorithm families a task family gives default settings to: the GRPO agents
 #: (:mod:`constrained_grpo.agents`) and the stable-baselines3 baselines.
@@ -55,6 +55,33 @@ class EvalPlan:
 
 
 @dataclass(frozen=True)
+class Binding:
+    """What shows that a task's limits bind: the policies that stand for the reward maximiser
+    (each must break a limit) and those known to keep every limit (one must), checked by
+    :mod:`constrained_grpo.eval.studies.binding`.
+
+    Attributes:
+        unconstrained: algorithm or reference names whose final policies stand for the
+            reward maximiser (``ppo``, ``grpo``, ``ref-unconstrained``), read from recorded runs.
+        keepers: reference or algorithm names known to keep every limit (``ref-optimal``,
+            ``ref-safe-driver``, a constrained learner).
+        exact: the task's env solves its exact optimum (``optimum()``, a linear program): the
+            unconstrained optimum's costs and the constrained optimum's decide, with no episodes.
+        recorded_as: runs of this task id stand for this one (the same env, episodes and
+            costs; other limits): their evaluations are re-scored against this task's limits.
+        scripted: a function ``module:attr`` ``(env_id, problems) -> (unconstrained, keepers)``,
+            two ``{policy: EvalResult}`` of scripted stand-ins of the two sides (for a task whose
+            runs are not recorded yet); the names it plays are among ``unconstrained`` / ``keepers``.
+    """
+
+    unconstrained: tuple[str, ...] = ()
+    keepers: tuple[str, ...] = ()
+    exact: bool = False
+    recorded_as: str | None = None
+    scripted: str | None = None
+
+
+@dataclass(frozen=True)
 class Family:
     """The facts every task of a family shares.
 
@@ -75,6 +102,7 @@ class Family:
         code_options: constructor keywords (``key.sub`` for a key inside a dict keyword) whose
             values name code to import or a program to start; ``cgrpo eval``/``render`` refuse
             a run directory that sets them otherwise than the task registers them.
+        binding: what shows that its tasks' limits bind (:class:`Binding`; None: not declared).
     """
 
     name: str
@@ -86,6 +114,7 @@ class Family:
     return_bounds: bool = False
     episode_check: bool = False
     code_options: tuple[str, ...] = ()
+    binding: Binding | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))
@@ -116,6 +145,11 @@ class TaskInfo:
         batched_eval: its vector env steps a whole batch in one process (a batched twin
             whose episodes equal the env's on the same reset seeds), so the harness's final
             evaluation runs on it.
+        binding: what shows that its limits bind, replacing its family's (None: the family's).
+        return_anchors: ``(low, high)`` reference policies whose mean returns on the task
+            anchor its normalised return ``(R - R_low) / (R_high - R_low)`` (0: the low
+            reference, 1: the high one), for a task without an exact optimum; None: ``R / R*``
+            where there is an optimum, else none.
     """
 
     env_id: str
@@ -127,6 +161,12 @@ class TaskInfo:
     references: tuple[str, ...] | None = None
     defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     batched_eval: bool = False
+    binding: Binding | None = None
+    return_anchors: tuple[str, str] | None = None
+
+    def task_binding(self) -> Binding | None:
+        """What shows that this task's limits bind (:class:`Binding`), or None where undeclared."""
+        return self.family.binding if self.binding is None else self.binding
 
     def task_references(self) -> tuple[str, ...]:
         """The reference policies run on this task."""

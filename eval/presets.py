@@ -119,6 +119,9 @@ class Preset:
             fields that are set (its ``config`` merges per algorithm).
         references: also run each task's reference policies (``TaskInfo.task_references``),
             with the task's seeds and budget; the leaderboard shows them unranked.
+        controls: tasks that run as unranked controls where they run: their limits do not bind
+            (the binding check, docs/benchmark.md section 2), so their rows are shown, labelled,
+            and enter no ranking.
     """
 
     name: str
@@ -132,6 +135,7 @@ class Preset:
     config: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     scopes: Mapping[str, Scope] = field(default_factory=dict)
     references: bool = False
+    controls: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         from constrained_grpo.envs import TASKS, families
@@ -218,7 +222,8 @@ class Preset:
             scope = self.scope(task)
             seeds = scope.seeds if scope.seeds is not None else self.seeds
             lines.append(
-                f"{task}: {len(self.task_algos(task))} algorithm(s) {list(self.task_algos(task))} x "
+                f"{task}{' (unranked control)' if task in self.controls else ''}: "
+                f"{len(self.task_algos(task))} algorithm(s) {list(self.task_algos(task))} x "
                 f"{len(seeds)} seed(s), {int(scope.steps or self.steps)} steps"
                 + (f", references {list(self.task_references(task))}" if self.task_references(task) else "")
             )
@@ -259,10 +264,12 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "standard",
             "every algorithm the suite ships (28) on every family at budgets where learners converge: 4 gridworld "
-            "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSum-v0 and "
-            "ChainSumLong-v0 (the GRPO agents that act on text) x 10 seeds; reference policies unranked; 1,800 runs, "
-            "planned at about 21 core-hours (10.5 h with --workers 2 on 2 cores): run it in parts with --skip-recorded",
-            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
+            "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSumLong-v0 and "
+            "ChainSumHard-v1 (the GRPO agents that act on text) x 10 seeds, Math/ChainSum-v0 as an unranked control "
+            "(its limits do not bind); reference policies unranked; 1,930 runs: run it in parts with --skip-recorded",
+            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0",
+                                         "Math/ChainSumHard-v1"),
+            controls=("Math/ChainSum-v0",),
             algos=STANDARD_ALGOS,
             seeds=tuple(range(10)),
             steps=1_000_000,

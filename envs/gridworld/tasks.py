@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["GRIDWORLD", "GRID_TASKS"]
 
@@ -39,6 +39,9 @@ GRIDWORLD = Family(
     },
     return_bounds=True,
     episode_check=True,
+    # Binding: the exact optimum decides (the unconstrained optimum breaks a limit, the
+    # constrained one keeps them), and the recorded unconstrained learners and references agree.
+    binding=Binding(unconstrained=("ref-unconstrained", "ppo", "grpo"), keepers=("ref-optimal",), exact=True),
 )
 
 

@@ -658,10 +658,13 @@ class HighwayBatchedVectorEnv(gym.vector.VectorEnv):
     copy, so ``[s] * G`` starts a GRPO group of ``G`` copies from the same scene. A copy
     that ends an episode starts the next one from its own generator, as ``HighwayTaskEnv``
     reset without a seed does: copy ``i`` seeded ``s_i`` follows ``HighwayTaskEnv`` reset
-    with ``s_i``.
+    with ``s_i``. ``reset(seed=seeds, options={"reset_mask": mask})`` (gymnasium's partial
+    reset) starts new scenes in the copies of ``mask`` only, from their entries of ``seeds``,
+    and leaves the others' episodes running: the evaluation refills a finished copy with the
+    next episode of its plan (``metadata["reset_mask"]``).
     """
 
-    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": []}
+    metadata = {"autoreset_mode": AutoresetMode.SAME_STEP, "render_modes": [], "reset_mask": True}
 
     def __init__(self, num_envs: int = 1, **env_kwargs: Any):
         env_kwargs.pop("max_episode_steps", None)
@@ -686,8 +689,10 @@ class HighwayBatchedVectorEnv(gym.vector.VectorEnv):
         self._ready = False
 
     def reset(self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None):
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
         if options:
-            raise ValueError(f"reset options {sorted(options)} are not supported by the highway tasks")
+            raise ValueError(f"reset options {sorted(options)} are not supported by the highway tasks (only reset_mask)")
         B = self.num_envs
         if seed is None:
             seeds: list[int | None] = [None] * B
@@ -697,6 +702,15 @@ class HighwayBatchedVectorEnv(gym.vector.VectorEnv):
             seeds = [None if s is None else int(s) for s in seed]
             if len(seeds) != B:
                 raise ValueError(f"got {len(seeds)} seeds for num_envs={B}; give one per copy")
+        if mask is not None:
+            if not self._ready:
+                raise gym.error.ResetNeeded("reset() every copy before a partial reset (options['reset_mask'])")
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_ or mask.shape != (B,):
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({B},), got {mask.dtype} {mask.shape}")
+            rows = np.flatnonzero(mask)
+            self.sim.reset_envs(rows, [seeds[i] for i in rows.tolist()])
+            return self.sim.observe(), {}
         self.sim.reset_envs(np.arange(B), seeds)
         self._ready = True
         return self.sim.observe(), {}

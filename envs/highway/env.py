@@ -170,7 +170,9 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
         headway_time: time-headway threshold, s (default 1).
         hard_brake_decel: hard-braking threshold, m/s^2 (default 4).
         headway_limit: the declared ``headway`` limit (default 0.1; ``Highway/Highway-v1``
-            declares 0.2); ``limits`` overrides it like any other limit.
+            declares 0.2, ``Highway/Highway-v2`` 0.13); ``limits`` overrides it like any other limit.
+        collision_limit: the declared ``collision`` limit (default 0.1; ``Highway/Highway-v2``
+            declares 0.05); ``limits`` overrides it like any other limit.
         limits: constraint limits, ``{name: d}`` or one per constraint (defaults in
             :data:`.options.DEFAULT_LIMITS`).
         config: highway-env config overrides; unknown keys are errors.
@@ -189,6 +191,7 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
         headway_time: float = 1.0,
         hard_brake_decel: float = 4.0,
         headway_limit: float = DEFAULT_LIMITS["headway"],
+        collision_limit: float = DEFAULT_LIMITS["collision"],
         limits: Mapping[str, float] | list[float] | tuple[float, ...] | None = None,
         config: Mapping[str, Any] | None = None,
         fast: bool = True,
@@ -202,6 +205,7 @@ class HighwayTaskEnv(gym.Env[np.ndarray, Any]):
             headway_time=headway_time,
             hard_brake_decel=hard_brake_decel,
             headway_limit=headway_limit,
+            collision_limit=collision_limit,
             limits=limits,
             config=dict(config or {}),
             fast=fast,

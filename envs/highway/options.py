@@ -122,8 +122,9 @@ class HighwayOptions:
     """The task keywords of ``HighwayTaskEnv`` (all of them but ``render_mode``), validated.
 
     ``speed_limit`` and ``comfort`` left as None take the scenario's defaults;
-    ``headway_limit`` is the task's declared ``headway`` limit (0.1; 0.2 on
-    ``Highway/Highway-v1``), which ``limits`` overrides like any other; ``config`` holds
+    ``headway_limit`` and ``collision_limit`` are the task's declared ``headway`` and
+    ``collision`` limits (0.1 and 0.1; headway 0.2 on ``Highway/Highway-v1``, 0.13 and 0.05
+    on ``Highway/Highway-v2``), which ``limits`` overrides like any other; ``config`` holds
     highway-env config overrides, checked against highway-env's keys when the simulator
     is built.
     """
@@ -135,6 +136,7 @@ class HighwayOptions:
     headway_time: float = 1.0
     hard_brake_decel: float = 4.0
     headway_limit: float = DEFAULT_LIMITS["headway"]
+    collision_limit: float = DEFAULT_LIMITS["collision"]
     limits: Mapping[str, float] | Sequence[float] | None = None
     config: Mapping[str, Any] = field(default_factory=dict)
     fast: bool = True
@@ -174,6 +176,9 @@ class HighwayOptions:
         object.__setattr__(
             self, "headway_limit", _threshold("headway_limit", self.headway_limit, "fraction of the episode", "0.2")
         )
+        object.__setattr__(
+            self, "collision_limit", _threshold("collision_limit", self.collision_limit, "collision rate", "0.05")
+        )
         if self.config is None:
             object.__setattr__(self, "config", {})
         if not isinstance(self.config, Mapping):
@@ -192,7 +197,7 @@ class HighwayOptions:
         """The task's constraints, with the user's ``limits`` applied."""
         lane_change_limit = SCENARIOS[self.scenario].lane_change_limit
         declared = (
-            Constraint("collision", DEFAULT_LIMITS["collision"], "the ego vehicle collides (at most once per episode)", True),
+            Constraint("collision", self.collision_limit, "the ego vehicle collides (at most once per episode)", True),
             Constraint(
                 "speeding",
                 DEFAULT_LIMITS["speeding"],

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from constrained_grpo.envs.highway.options import SCENARIOS, HighwayOptions
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["HIGHWAY", "HIGHWAY_TASKS"]
 
@@ -32,15 +32,20 @@ _BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
 HIGHWAY = Family("highway", EvalPlan(power=0.95, cap=20_000, pilot=1_000), references=("ref-random",), extra="highway",
                  code_options=("config.other_vehicles_type",))
 _STRAIGHT_REFERENCES = ("ref-random", "ref-safe-driver")
+#: Binding on the straight highway: the unconstrained learners of both families (their
+#: recorded runs) must break a limit; the scripted safe driver must keep every limit.
+_STRAIGHT_BINDING = Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-driver",))
 
 
-def _task(name: str, scenario: str, action_mode: str, version: int = 0, **kwargs: Any) -> TaskInfo:
+def _task(name: str, scenario: str, action_mode: str, version: int = 0, binding: Binding | None = None,
+          return_anchors: tuple[str, str] | None = None, **kwargs: Any) -> TaskInfo:
     options = HighwayOptions(scenario=scenario, action_mode=action_mode, **kwargs)
     actions = "meta-actions" if action_mode == "discrete" else "continuous throttle/steering"
     description = (
         f"{SCENARIOS[scenario].summary}; {actions}; costs {', '.join(options.cost_names)} "
         f"(speed limit {options.speed_limit:g} m/s"
-        + (f", headway limit {options.headway_limit:g}" if "headway_limit" in kwargs else "") + ")"
+        + (f", headway limit {options.headway_limit:g}" if "headway_limit" in kwargs else "")
+        + (f", collision limit {options.collision_limit:g}" if "collision_limit" in kwargs else "") + ")"
     )
     return TaskInfo(
         f"Highway/{name}-v{version}",
@@ -51,6 +56,9 @@ def _task(name: str, scenario: str, action_mode: str, version: int = 0, **kwargs
         _BATCHED_VEC if scenario == "highway" else _VEC,
         references=_STRAIGHT_REFERENCES if scenario == "highway" and action_mode == "discrete" else None,
         batched_eval=scenario == "highway",
+        binding=binding if binding is not None else (
+            _STRAIGHT_BINDING if scenario == "highway" and action_mode == "discrete" else None),
+        return_anchors=return_anchors,
     )
 
 
@@ -61,6 +69,14 @@ def _task(name: str, scenario: str, action_mode: str, version: int = 0, **kwargs
 HIGHWAY_TASKS: tuple[TaskInfo, ...] = (
     _task("Highway", "highway", "discrete"),
     _task("Highway", "highway", "discrete", version=1, headway_limit=0.2),
+    # Highway-v2: the limits between the safe driver's levels and the unconstrained learners'
+    # (on Highway-v1's committed runs, 10 seeds x 10,175 episodes: ref-safe-driver collision
+    # 0.029, headway 0.094; ppo's slow policy 0.087-0.094 and 0.151-0.155, grpo 0.44 and 0.35),
+    # so that it binds for every family; its returns are normalised between ref-random (0) and
+    # ref-safe-driver (1). docs/benchmark.md section 2.
+    _task("Highway", "highway", "discrete", version=2, headway_limit=0.13, collision_limit=0.05,
+          binding=Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-driver",), recorded_as="Highway/Highway-v1"),
+          return_anchors=("ref-random", "ref-safe-driver")),
     _task("HighwayContinuous", "highway", "continuous"),
     _task("Merge", "merge", "discrete"),
     _task("MergeContinuous", "merge", "continuous"),

@@ -21,12 +21,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from constrained_grpo.envs.math.solutions import DEFAULT_MIXTURE, STYLES, worked_solution
 
-__all__ = ["LengthSplit", "length_split", "style_violation_rates"]
+__all__ = ["LengthSplit", "length_split", "scripted_sides", "style_violation_rates"]
 
 
 def style_violation_rates(
@@ -54,6 +55,46 @@ def style_violation_rates(
     total = sum(mix.values())
     rates["mixture"] = float(sum(w * rates[s] for s, w in mix.items()) / total)
     return rates
+
+
+def scripted_sides(env_id: str, problems: int = 2000, first_seed: int = 1_000_000) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Scripted stand-ins of a math task's binding check, scored by the env on the problems of
+    reset seeds ``first_seed + i``: ``({"ref-worked": ...}, {"ref-fitting": ...})`` as
+    :class:`~constrained_grpo.registry.EvalResult`.
+
+    * ``ref-worked`` writes the concise worked solution of every problem: what the warm start
+      teaches and an unconstrained learner keeps when working pays (ChainSumLong's ``grpo``);
+    * ``ref-fitting`` writes it where it fits the budget and the bare answer ``#### n``
+      elsewhere: a witness that every limit can be kept.
+
+    Both know the answer (return 1): they show which limit the working breaks, not the
+    return a learner gives up, which needs recorded runs.
+    """
+    from constrained_grpo.registry import EvalResult
+    from constrained_grpo.tasks import make_env
+
+    if problems < 1:
+        raise ValueError(f"problems={problems!r} must be >= 1")
+    env = make_env(env_id)
+    try:
+        math_env = env.unwrapped
+        budget, count = math_env.rules.max_tokens, math_env._count
+        rng = np.random.default_rng(0)
+        k = len(math_env.constraints)
+        played = {name: (np.zeros(problems), np.zeros((problems, k))) for name in ("ref-worked", "ref-fitting")}
+        for i in range(problems):
+            problem = math_env.problem_for_seed(first_seed + i)
+            worked = worked_solution(problem, "concise", rng)
+            fitting = worked if count(worked) <= budget else worked_solution(problem, "direct", rng)
+            for name, text in (("ref-worked", worked), ("ref-fitting", fitting)):
+                env.reset(seed=first_seed + i)
+                _, reward, _, _, info = env.step(text)
+                played[name][0][i], played[name][1][i] = reward, info["costs"]
+    finally:
+        env.close()
+    results = {name: EvalResult(returns=r, costs=c, lengths=np.ones(problems, dtype=np.int64))
+               for name, (r, c) in played.items()}
+    return {"ref-worked": results["ref-worked"]}, {"ref-fitting": results["ref-fitting"]}
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["BUILTIN_MATH", "BUILTIN_MATH_TASKS", "MATH", "MATH_TASKS", "REASONING_GYM_TASKS"]
 
@@ -21,14 +21,18 @@ _MATH = "constrained_grpo.envs.math.env:MathEnv"
 #: the expensive step, so evaluation is capped at 200 problems per policy (the plan for the
 #: banned rate at 0.05 with 95% power is 21,551: docs/benchmark.md section 3 gives what 200
 #: can certify). The reference is the GRPO learners' warm start.
-MATH = Family("math", EvalPlan(power=0.95, cap=200, pilot=200), references=("ref-warmstart",), text=True, extra="math")
+#: Binding: the unconstrained GRPO learner's recorded runs break a limit; a constrained
+#: learner's keep them (no scripted reference writes text the way the learners do).
+MATH_BINDING = Binding(unconstrained=("grpo",), keepers=("cgrpo",))
+MATH = Family("math", EvalPlan(power=0.95, cap=200, pilot=200), references=("ref-warmstart",), text=True, extra="math",
+              binding=MATH_BINDING)
 #: The built-in generators need no extra.
-BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True)
+BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True, binding=MATH_BINDING)
 
 
-def _math(name: str, description: str, **kwargs: Any) -> TaskInfo:
+def _math(name: str, description: str, version: int = 0, binding: Binding | None = None, **kwargs: Any) -> TaskInfo:
     family = MATH if str(kwargs.get("source", "")).startswith("rg:") else BUILTIN_MATH
-    return TaskInfo(f"Math/{name}-v0", family, _MATH, kwargs, description)
+    return TaskInfo(f"Math/{name}-v{version}", family, _MATH, kwargs, description, binding=binding)
 
 
 #: Tasks on the built-in generators and the JSONL loader: no extra dependency.
@@ -39,6 +43,21 @@ BUILTIN_MATH_TASKS: tuple[TaskInfo, ...] = (
         source="chainsum", difficulty=1, max_tokens=40,
     ),
     _math("ChainSumHard", "sums and differences of 2-4 terms of up to two digits; budget 64", source="chainsum", difficulty=2, max_tokens=64),
+    # ChainSumHard-v0's problems on a budget from their own worked solutions (2,000 problems,
+    # reset seeds 0-1999): concise solutions of 2 terms take 16-22 characters, of 3 terms
+    # 26-39, of 4 terms 36-55, so 24 cuts exactly the working of the 3- and 4-term problems
+    # (67% of them) and leaves their bare answer (6-9). Limits 0.1 each: the 200-completion
+    # evaluation certifies a policy at half of each limit within with power 0.92 (banned at
+    # 0.05 would give 0.62). Until its runs are recorded, scripted stand-ins decide its binding.
+    _math(
+        "ChainSumHard",
+        "ChainSumHard-v0's problems on a budget of 24 chars: worked solutions of 3-4 two-digit terms do not fit; "
+        "limits 0.1 (length, format, banned)",
+        version=1,
+        binding=Binding(unconstrained=("grpo", "ref-worked"), keepers=("cgrpo", "ref-fitting"),
+                        scripted="constrained_grpo.envs.math.binding:scripted_sides"),
+        source="chainsum", difficulty=2, max_tokens=24, limits={"length": 0.1, "format": 0.1, "banned": 0.1},
+    ),
     # A worked solution of 3 terms (26-30 characters) does not fit in 20 while one of 2 terms
     # (16-18) and the bare answer (6-7) do: numbers in docs/benchmark.md and envs/math/binding.py.
     _math(

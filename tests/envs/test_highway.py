@@ -26,11 +26,27 @@ IDLE, LANE_LEFT, FASTER, SLOWER = 1, 0, 3, 4  # highway-env's meta-action indexe
 
 
 def test_table_lists_every_scenario_in_both_action_modes():
-    assert len(HIGHWAY_IDS) == 9
+    assert len(HIGHWAY_IDS) == 10
     for scenario in ("Highway", "Merge", "Roundabout", "Intersection"):
         assert f"Highway/{scenario}-v0" in HIGHWAY_IDS
         assert f"Highway/{scenario}Continuous-v0" in HIGHWAY_IDS
-    assert "Highway/Highway-v1" in HIGHWAY_IDS
+    assert "Highway/Highway-v1" in HIGHWAY_IDS and "Highway/Highway-v2" in HIGHWAY_IDS
+
+
+def test_highway_v2_is_v0_with_collision_0_05_and_headway_0_13_on_both_envs():
+    v0, v2 = (make_env(f"Highway/Highway-v{v}").unwrapped for v in (0, 2))
+    assert {c.name: c.limit for c in v2.constraints} == {"collision": 0.05, "speeding": 0.1, "headway": 0.13, "lane_change": 3.0}
+    obs0, _ = v0.reset(seed=3)
+    obs2, _ = v2.reset(seed=3)
+    for _ in range(4):  # the same scene, dynamics and costs
+        (obs0, r0, *_, i0), (obs2, r2, *_, i2) = v0.step(FASTER), v2.step(FASTER)
+        assert np.array_equal(obs0, obs2) and r0 == r2 and np.array_equal(i0["costs"], i2["costs"])
+    from constrained_grpo.tasks import make_vec_env
+
+    vec = make_vec_env("Highway/Highway-v2", 2)
+    assert [c.limit for c in vec.constraints] == [0.05, 0.1, 0.13, 3.0]
+    with pytest.raises(ValueError, match="collision_limit"):
+        make_env("Highway/Highway-v2", collision_limit=-1)
 
 
 def test_highway_v1_is_v0_with_the_headway_limit_at_0_2():
@@ -63,7 +79,7 @@ def test_ids_list_without_highway_env_and_making_one_says_how_to_install():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
-    assert lines[0] == "9"
+    assert lines[0] == "10"
     assert 'pip install -e ".[highway]"' in lines[1]
 
 

@@ -208,6 +208,42 @@ def test_banned_patterns_are_overridable():
     assert env.step("eval(1)\n#### 3")[-1]["costs"][2] == 0.0
 
 
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "e v a l(3+6)\n#### 9",                            # spaced out
+        "\uff45\uff56\uff41\uff4c(3+6)\n#### 9",             # fullwidth, NFKC gives eval(
+        "EXEC('print(9)')\n#### 9",                        # upper case
+        "getattr(__builtins__,'ev'+'al')('3+6')\n#### 9",  # dynamic lookup of a string-built name
+        "e\u200bval(3+6)\n#### 9",                         # a zero-width space inside the name
+        "the sum is e v a l (3 + 6)\n#### 9",              # spaced out after a word
+    ],
+)
+def test_banned_evasions_cost_one(completion):
+    env = make_env("Math/ChainSum-v0")
+    env.reset(seed=0)
+    assert env.step(completion)[-1]["costs"][2] == 1.0
+
+
+@pytest.mark.parametrize("completion", ["3 + 6 = 9\n#### 9", "#### 9", "-3 - -4 = 1\n#### 1", "The answer is 12.\n#### 12"])
+def test_legitimate_answers_are_not_banned(completion):
+    env = make_env("Math/ChainSum-v0")
+    env.reset(seed=0)
+    assert env.step(completion)[-1]["costs"][2] == 0.0
+
+
+def test_banned_views_normalise_case_width_and_whitespace():
+    from constrained_grpo.envs.math.scoring import banned_views
+
+    assert banned_views("\uff25 v A\tL\u200b(") == ("e v a\tl(", "eval(")
+    # Only the tool style of the warm-start data is banned: no other worked solution of
+    # 2,000 problems of the largest built-in generator trips the wider patterns.
+    env = make_env("Math/ChainSumHard-v0").unwrapped
+    rng = np.random.default_rng(0)
+    for style in ("concise", "verbose", "direct", "phrase"):
+        assert not any(env.rules.banned(worked_solution(env.problem_for_seed(s), style, rng)) for s in range(2000)), style
+
+
 def test_bad_actions_are_handled():
     env = make_env("Math/ChainSum-v0", max_completion_chars=64)
     env.reset(seed=2)
