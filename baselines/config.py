@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from constrained_grpo.deploy import check_deploy
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import check_options, coerce_fields, merge_options, option_names, with_options
 
@@ -153,6 +154,14 @@ class PPOConfig:
     device: str = "cpu"
     """Torch device; SB3 recommends the CPU for MLP policies."""
 
+    # --- deployment (constrained_grpo.deploy) ----------------------------------------
+    deploy: str = "last"
+    """The policy deployed after training: ``last``, ``best-feasible`` or ``tail-mixture``,
+    the GRPO agents' rules with the same candidates (one policy snapshot per rollout, the one
+    that collected it) and memory bounds. Training is the same whatever the rule."""
+    deploy_snapshots: int = 10
+    """Snapshots of the ``tail-mixture``."""
+
     def __post_init__(self) -> None:
         coerce_fields(self)
         for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
@@ -177,6 +186,7 @@ class PPOConfig:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
+        check_deploy(self.deploy, self.deploy_snapshots)
 
     def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
         """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to
