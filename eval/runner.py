@@ -308,6 +308,8 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "constrained": spec_info.constrained,
             "lambda_in_reward_units": spec_info.lambda_in_reward_units,
             "reference": spec_info.reference,
+            # An alias (cgrpo-best) names the learning algorithm it trains; deployment is a factor.
+            "alias_of": spec_info.alias_of,
             # What make_agent builds from defaults, variant, family table, preset and overrides.
             "resolved": resolve_config(spec.algo, spec.task, **spec.config),
             "defaults": dict(spec_info.defaults),
