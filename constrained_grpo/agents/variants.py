@@ -95,9 +95,12 @@ _TABLE: tuple[Variant, ...] = (
         "ScAdv with regularised dual ascent lambda <- [lambda + eta (e - tau lambda)]+ and the entropy bonus (RPG-PD, arXiv 2306.11700)",
         {"multiplier": {"rule": "regularized"}},
     ),
+    # RPG-PD's regularised dual direction taken optimistically. Not OPG-PD (arXiv 2306.11700),
+    # which is optimistic on the unregularised Lagrangian: that update is cgrpo-ogda's (tau = 0
+    # here would duplicate it); this one keeps tau = 0.01 and so RPG-PD's bias tau lambda*.
     Variant(
-        "cgrpo-opg",
-        "ScAdv with optimistic regularised primal-dual steps (OPG-PD, arXiv 2306.11700)",
+        "cgrpo-oreg",
+        "ScAdv with optimistic steps on RPG-PD's regularised Lagrangian: lambda <- [lambda + eta (2 g_t - g_{t-1})]+, g = e - tau lambda, tau = 0.01 (arXiv 2306.11700's RPG-PD made optimistic)",
         {"multiplier": {"rule": "regularized", "optimistic": True}, "policy_optimism": 1.0},
     ),
     Variant(
