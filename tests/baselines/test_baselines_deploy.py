@@ -100,3 +100,16 @@ def test_the_mixture_is_what_act_act_batch_and_evaluate_play(trained: dict[str, 
 def test_a_bad_rule_is_one_line() -> None:
     with pytest.raises(ValueError, match=r"deploy='best'; choose one of \['last', 'best-feasible', 'tail-mixture'\]"):
         make_agent("ppo-lag", TASK, deploy="best", **TINY)
+
+
+def test_every_learner_takes_the_option_and_records_it() -> None:
+    """Every learning algorithm (not the references, whose policy is fixed) resolves
+    ``deploy`` into the configuration config.json records; an alias is no algorithm."""
+    from constrained_grpo.registry import agent_spec, list_agents, resolve_config
+
+    learners = [n for n in list_agents(aliases=False) if not agent_spec(n).reference]
+    assert "ppo-lag" in learners and "cgrpo" in learners and "cgrpo-best" not in learners
+    for name in learners:
+        for rule in ("best-feasible", "tail-mixture"):
+            assert resolve_config(name, TASK, deploy=rule)["config"]["deploy"] == rule, name
+    assert agent_spec("cgrpo-best").alias_of == "cgrpo" and resolve_config("cgrpo-mix", TASK)["config"]["deploy"] == "tail-mixture"
