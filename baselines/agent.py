@@ -407,6 +407,12 @@ class BaselineAgent:
                 self._deployed.append(policy)
         return self._deployed
 
+    @property
+    def deployment(self) -> dict[str, Any]:
+        """The rule and what it kept, JSON-safe (``best-feasible``: the selected rollout, its
+        mean costs, their one-sided bounds, its episode count and the level)."""
+        return self.final.state()
+
     def begin_episodes(self, reset_seeds: np.ndarray) -> None:
         """The episodes of the next ``act``/``act_batch`` rows start from these reset seeds: a
         mixture plays member ``episode_choice(seed, n)`` in each."""

@@ -534,6 +534,8 @@ def _execute(
         "eval": protocol.to_dict(),
         # The multipliers' projection bound, where the agent has one: "at bound" needs it.
         "lambda_max": getattr(agent, "lambda_max", None),
+        # The deployment rule and what it kept (best-feasible: the iteration, its cost bounds).
+        "deployed": getattr(agent, "deployment", None),
         "host": socket.gethostname(),
     }
     (path / RUNNING_FILE).unlink(missing_ok=True)

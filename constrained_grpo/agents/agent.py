@@ -143,6 +143,12 @@ class GRPOAgent:
                     self._deployed.append(module)
         return self._deployed
 
+    @property
+    def deployment(self) -> dict[str, Any]:
+        """The rule and what it kept, JSON-safe (``best-feasible``: the selected iteration, its
+        batch mean costs, their one-sided bounds, its group count and the level)."""
+        return self.trainer.final.state()
+
     def begin_episodes(self, reset_seeds: np.ndarray) -> None:
         """The harness starts episodes with these reset seeds, one per row of the next
         ``act_batch`` calls: a mixture plays snapshot ``episode_choice(seed, n)`` in each."""

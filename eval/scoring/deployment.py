@@ -35,7 +35,7 @@ import pandas as pd
 from scipy import stats
 
 __all__ = ["ALPHA", "DEPLOYMENT_COLUMNS", "SharedTrainingError", "check_independent", "deployment_table",
-           "mcnemar_exact_p", "paired_interval", "with_deployment"]
+           "mcnemar_exact_p", "paired_interval", "run_selections", "selection_check", "with_deployment"]
 
 #: Two-sided level of the gain's interval and of McNemar's test.
 ALPHA = 0.05
@@ -147,3 +147,52 @@ def deployment_table(runs: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
                         "feasible_deploy": int(f_rule.sum()), "moved_in": moved_in, "moved_out": moved_out,
                         "limits_p": _r(p), "limits": limits})
     return pd.DataFrame(out, columns=list(DEPLOYMENT_COLUMNS))
+
+
+def selection_check(runs: pd.DataFrame, selections: Mapping[tuple[str, str, int], Mapping[str, Any] | None],
+                    cost_names: Mapping[str, list[str]]) -> pd.DataFrame:
+    """Whether each ``best-feasible`` run's evaluated costs agree with what its selection
+    believed: per run, the selected iteration, and per cost k the selection's one-sided bound
+    ``U_k`` (``done.json["deployed"]["cost_bound"]``) against the evaluated mean cost
+    (``eval_cost_<k>``); ``within_bound`` when every evaluated mean is at most its bound. A run
+    whose rule kept nothing (no candidate qualified: the last iterate is deployed) has
+    ``selected = False`` and no bound. ``runs``: per-run metrics with ``task``, ``algo``,
+    ``seed``; ``selections`` keyed by ``(task, algo, seed)``; ``cost_names[task]``: the costs
+    in order."""
+    out: list[dict[str, Any]] = []
+    for _, r in runs.iterrows():
+        key = (r["task"], r["algo"], int(r["seed"]))
+        sel = selections.get(key) or {}
+        if sel.get("rule") != "best-feasible":
+            continue
+        names = cost_names[r["task"]]
+        bound = sel.get("cost_bound")
+        row: dict[str, Any] = {"task": key[0], "algo": key[1], "seed": key[2], "iteration": sel.get("best_iteration"),
+                               "selected": bound is not None}
+        ok = bound is not None
+        for j, k in enumerate(names):
+            evaluated = float(r[f"eval_cost_{k}"])
+            row[f"bound_{k}"] = float(bound[j]) if bound is not None else math.nan
+            row[f"eval_cost_{k}"] = _r(evaluated)
+            ok = ok and evaluated <= float(bound[j])
+        row["within_bound"] = bool(ok)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def run_selections(root: str) -> dict[tuple[str, str, int], Mapping[str, Any] | None]:
+    """``done.json["deployed"]`` of every complete run under ``root`` (run folders or a
+    compact record), keyed by ``(task, algo, seed)``; None for runs recorded without it."""
+    import json
+    from pathlib import Path
+
+    from constrained_grpo.eval import storage
+    from constrained_grpo.eval.scoring import record
+
+    if record.is_record(root):
+        return {key: (done or {}).get("deployed") for key, (_, done) in record.load_record(root, configs=True).configs.items()}
+    out: dict[tuple[str, str, int], Mapping[str, Any] | None] = {}
+    for path in Path(root).glob("**/" + storage.DONE_FILE):
+        run = json.loads((path.parent / storage.CONFIG_FILE).read_text())["run"]
+        out[(str(run["task"]), str(run["algo"]), int(run["seed"]))] = json.loads(path.read_text()).get("deployed")
+    return out

@@ -3,6 +3,8 @@ the refusal to test two deployments of one training as independent samples."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +15,8 @@ from constrained_grpo.eval.scoring.deployment import (
     deployment_table,
     mcnemar_exact_p,
     paired_interval,
+    run_selections,
+    selection_check,
     with_deployment,
 )
 from constrained_grpo.eval.scoring.loader import run_deployment
@@ -82,3 +86,28 @@ def test_learner_and_rule_come_from_config_json():
     runs = pd.DataFrame({"task": ["T", "T"], "algo": ["cgrpo-best", "ppo"], "seed": [0, 0]})
     out = with_deployment(runs, {("T", "cgrpo-best", 0): new})
     assert out["learner"].tolist() == ["cgrpo", "ppo"] and out["deploy"].tolist() == ["best-feasible", "last"]
+
+
+def test_selection_check_compares_evaluated_costs_with_the_selections_bound():
+    runs = pd.DataFrame({"task": "T", "algo": "a", "seed": [0, 1, 2, 3], "eval_cost_hit": [0.05, 0.19, 0.05, 0.3],
+                         "eval_cost_fuel": [3.0, 3.0, 4.5, 3.0]})
+    sel = {"rule": "best-feasible", "best_iteration": 7, "cost_bound": [0.18, 4.4]}
+    selections = {("T", "a", 0): sel, ("T", "a", 1): sel, ("T", "a", 2): sel,
+                  ("T", "a", 3): {"rule": "best-feasible", "best_iteration": None, "cost_bound": None}}
+    out = selection_check(runs, selections, {"T": ["hit", "fuel"]})
+    # Seed 0 within both bounds; seed 1 over the hit bound (0.19 > 0.18); seed 2 over fuel; seed 3 kept nothing.
+    assert out["within_bound"].tolist() == [True, False, False, False]
+    assert out["selected"].tolist() == [True, True, True, False] and out["iteration"].iloc[0] == 7
+    assert selection_check(runs, {("T", "a", 0): {"rule": "last"}}, {"T": ["hit", "fuel"]}).empty
+
+
+def test_a_run_records_its_deployment_in_done_json(tmp_path):
+    from constrained_grpo.eval.runner import RunSpec, execute_run
+
+    tiny = {"n_envs": 4, "n_steps": 32, "batch_size": 64, "n_epochs": 1, "deploy": "best-feasible"}
+    spec = RunSpec("Grid/HazardFuel3x3-v0", "ppo-lag", 0, 1024, 100, tiny, save_agent=False)
+    assert execute_run(spec, tmp_path).status == "done"
+    selected = run_selections(str(tmp_path))[("Grid/HazardFuel3x3-v0", "ppo-lag", 0)]
+    assert selected["rule"] == "best-feasible" and selected["alpha"] == 0.05 and "cost_bound" in selected
+    recorded = json.loads((spec.run_dir(tmp_path) / "config.json").read_text())
+    assert run_deployment(recorded) == ("ppo-lag", "best-feasible")
