@@ -134,34 +134,45 @@ def test_text_agents_refuse_a_remedy():
 
 def test_act_plays_the_member_each_reset_seed_chooses(mixture: GRPOAgent):
     """Over 40 episodes, ``act`` after ``begin_episodes([seed])`` plays member
-    ``episode_choice(seed, 4)`` (its greedy action equals that member's at every step), so the
-    episodes use every member, not one snapshot; without the episode's seed it refuses."""
+    ``episode_choice(seed, 4)``: each sampled action is that member's with the same draw, and
+    on some steps member 0 would have drawn another action (the members' greedy actions agree
+    here, so sampling is what tells them apart); without the episode's seed it refuses."""
     members = mixture.deployed_policies()
     env = make_env(TASK)
-    used = set()
+    used, other = set(), 0
     for seed in range(100, 140):
         obs, _ = env.reset(seed=seed)
         mixture.begin_episodes(np.array([seed]))
         j = int(episode_choice(seed, 4)[0])
         used.add(j)
-        done = False
+        done, t = False, 0
         while not done:
-            action = mixture.act(obs)
+            draw = seed * 1000 + t
+            mixture.seed_evaluation(draw)
+            action = mixture.act(obs, deterministic=False)
             o = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(1, -1))
-            assert action == mixture.adapter.env_action(members[j].mode(o))[0]
+            mine, first = (mixture.adapter.env_action(members[i].sample(o, torch.Generator().manual_seed(draw))[0])[0]
+                           for i in (j, 0))
+            assert action == mine
+            other += int(mine != first)
             obs, _, terminated, truncated, _ = env.step(action)
-            done = terminated or truncated
-    assert used == {0, 1, 2, 3}
+            done, t = terminated or truncated, t + 1
+    assert used == {0, 1, 2, 3} and other > 0
     mixture._choices = None
     with pytest.raises(ValueError, match=r"mixture of 4 policies.*begin_episodes"):
         mixture.act(obs)
 
 
-def test_evaluate_plays_the_mixture(mixture: GRPOAgent):
-    """``evaluate`` picks each episode's member from its reset seed: its episodes are the
-    harness's serial ones from the same seeds, member by member."""
+def test_evaluate_plays_the_mixture(mixture: GRPOAgent, monkeypatch: pytest.MonkeyPatch):
+    """``evaluate`` picks each episode's member from its reset seed (``begin_episodes`` after
+    each reset, seeds ``eval_seed + i``): its episodes are the harness's serial ones."""
     n, first = 40, mixture.config.eval_seed
+    begun: list[int] = []
+    real = mixture.begin_episodes
+    monkeypatch.setattr(mixture, "begin_episodes", lambda seeds: begun.extend(np.asarray(seeds).tolist()) or real(seeds))
     own = mixture.evaluate(n, deterministic=True)
+    assert begun == list(range(first, first + n))
+    monkeypatch.undo()
     harness, _ = evaluate_agent(mixture, TASK, episodes=n, first_seed=first, batched=False)
     assert np.array_equal(own.returns, harness["deterministic"].returns)
     assert np.array_equal(own.costs, harness["deterministic"].costs)

@@ -13,6 +13,7 @@ from constrained_grpo.baselines.agent import load_agent
 from constrained_grpo.eval.evaluation import evaluate_agent
 from constrained_grpo.registry import make_agent
 from constrained_grpo.sampling import episode_choice
+from constrained_grpo.tasks import make_env
 
 TASK = "Grid/HazardFuel3x3-v0"
 TINY = {"n_envs": 4, "n_steps": 32, "batch_size": 64, "n_epochs": 2}
@@ -68,15 +69,26 @@ def test_best_feasible_selection_is_recorded(trained: dict[str, object]) -> None
 def test_the_mixture_is_what_act_act_batch_and_evaluate_play(trained: dict[str, object], tmp_path: Path) -> None:
     agent = trained["tail-mixture"]
     members = agent.deployed_policies()
-    seeds = np.arange(500, 540)
+    seeds = np.arange(500, 900)
     choice = episode_choice(seeds, 4)
     assert set(choice.tolist()) == {0, 1, 2, 3}
-    obs = np.stack([agent.model.observation_space.sample() * 0 + np.eye(agent.model.observation_space.shape[0],
-                    dtype=np.float32)[i % agent.model.observation_space.shape[0]] for i in range(len(seeds))])
+    env, rng = make_env(TASK), np.random.default_rng(0)
+    env.action_space.seed(0)
+    obs = []
+    for s in seeds:  # the observation after a few random steps of episode s
+        o, _ = env.reset(seed=int(s))
+        for _ in range(int(s) % 3):
+            o, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                o, _ = env.reset(seed=int(s))
+        obs.append(o)
+    obs = np.stack(obs)
+    u = rng.random((len(seeds), 1))
     agent.begin_episodes(seeds)
-    got = agent.act_batch(obs, True, np.zeros((len(seeds), 1)))
-    for i, j in enumerate(choice):
-        assert got[i] == members[j].predict(obs[i], deterministic=True)[0]
+    got = agent.act_batch(obs, False, u)  # sampled by each row's draw: the members differ there
+    alone = [agent._act_batch(m, obs, False, u) for m in members]
+    assert np.array_equal(got, np.choose(choice, alone))
+    assert (np.choose(choice, alone) != alone[0]).any()  # one snapshot would have played otherwise
     agent.begin_episodes(seeds[:1])
     assert agent.act(obs[0]) == members[choice[0]].predict(obs[0], deterministic=True)[0]
     agent._choices = None
