@@ -18,10 +18,17 @@ have both deployments:
   ``out of`` the limits only where it rejects, else ``no change shown``; with 10 seeds it
   needs at least 6 discordant seeds, all one way (p = 0.031), to reject.
 
-:func:`check_independent` is the guard the pairs table of the leaderboard calls before it
-tests two run sets as independent samples: it refuses two deployments of one training.
-Everything here is a pure function of a per-run frame (``metrics.run_metrics`` rows with
-``learner`` and ``deploy`` added by :func:`with_deployment`).
+How the board uses it (per-run metrics ``m``, configs from ``loader.run_configs(root)``)::
+
+    runs = with_deployment(m, configs)
+    ranked = last_iterate_runs(runs)          # the main tables: each learner once, its last iterate
+    table = deployment_table(runs)            # per task: each rule against the learner's last iterate
+    check_independent(runs, a, b, task)       # before testing a against b as independent samples
+
+:func:`check_independent` refuses two deployments of one training; :func:`selection_check`
+compares a ``best-feasible`` run's evaluated costs with its selection's bound
+(``done.json["deployed"]``, :func:`run_selections`). Everything but :func:`run_selections` is
+a pure function of per-run frames.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import pandas as pd
 from scipy import stats
 
 __all__ = ["ALPHA", "DEPLOYMENT_COLUMNS", "SharedTrainingError", "check_independent", "deployment_table",
-           "mcnemar_exact_p", "paired_interval", "run_selections", "selection_check", "with_deployment"]
+           "last_iterate_runs", "mcnemar_exact_p", "paired_interval", "run_selections", "selection_check", "with_deployment"]
 
 #: Two-sided level of the gain's interval and of McNemar's test.
 ALPHA = 0.05
@@ -63,6 +70,22 @@ def with_deployment(runs: pd.DataFrame, configs: Mapping[tuple[str, str, int], M
     out["learner"] = [p[0] for p in pairs]
     out["deploy"] = [p[1] for p in pairs]
     return out
+
+
+def last_iterate_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs the main tables rank: every learner once per task and seed, on its last
+    iterate (``deploy == "last"``), under its learner's name (an alias's runs are another
+    rule's deployments and go to :func:`deployment_table`). Refuses two last-iterate runs of
+    one learner, task and seed (the same training counted twice)."""
+    if "learner" not in runs or "deploy" not in runs:
+        raise ValueError("last_iterate_runs needs columns learner and deploy; add them with with_deployment(runs, configs)")
+    last = runs[runs["deploy"] == "last"]
+    dup = last.duplicated(["task", "learner", "seed"])
+    if dup.any():
+        row = last[dup].iloc[0]
+        raise SharedTrainingError(f"{row['learner']} on {row['task']}, seed {int(row['seed'])}: two runs deploy its last "
+                                  "iterate; keep one")
+    return last.assign(algo=last["learner"]).reset_index(drop=True)
 
 
 def check_independent(runs: pd.DataFrame, a: str, b: str, task: str | None = None) -> None:

@@ -13,6 +13,7 @@ from constrained_grpo.eval.scoring.deployment import (
     SharedTrainingError,
     check_independent,
     deployment_table,
+    last_iterate_runs,
     mcnemar_exact_p,
     paired_interval,
     run_selections,
@@ -111,3 +112,14 @@ def test_a_run_records_its_deployment_in_done_json(tmp_path):
     assert selected["rule"] == "best-feasible" and selected["alpha"] == 0.05 and "cost_bound" in selected
     recorded = json.loads((spec.run_dir(tmp_path) / "config.json").read_text())
     assert run_deployment(recorded) == ("ppo-lag", "best-feasible")
+
+
+def test_the_main_tables_rank_each_learner_once_on_its_last_iterate():
+    runs = pd.concat([_runs("cgrpo", "cgrpo", "last", np.zeros(3), np.ones(3, bool)),
+                      _runs("cgrpo", "cgrpo-best", "best-feasible", np.ones(3), np.ones(3, bool)),
+                      _runs("ppo-lag", "ppo-lag", "last", np.ones(3), np.ones(3, bool))])
+    ranked = last_iterate_runs(runs)
+    assert sorted(set(ranked["algo"])) == ["cgrpo", "ppo-lag"] and len(ranked) == 6
+    assert ranked[ranked["algo"] == "cgrpo"]["score"].tolist() == [0.0, 0.0, 0.0]  # not the alias's scores
+    with pytest.raises(SharedTrainingError, match="two runs deploy its last iterate"):
+        last_iterate_runs(pd.concat([runs, _runs("cgrpo", "cgrpo-copy", "last", np.zeros(3), np.ones(3, bool))]))
