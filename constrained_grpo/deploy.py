@@ -19,7 +19,9 @@ GRPO batch, an SB3 rollout), the policy that collected that iteration's data:
       U_k = mean(c) + t_{G-1, 1-alpha} * sd(c) / sqrt(G)        (U_k = +inf for G < 2)
 
   A GRPO batch of 16 starts x 16 copies is 16 samples, not 256; an SB3 rollout's finished
-  episodes each start afresh (groups of one). A batch whose mean is under the limit only
+  episodes each start afresh (groups of one; an episode that began in the rollout before
+  counts for the one it ends in, and a rollout that ends fewer than 2 episodes is no
+  candidate). A batch whose mean is under the limit only
   because it was lucky, with a large spread between starts, is rejected; where nothing
   qualifies the last iterate is deployed. The bound is per candidate and per cost (not
   simultaneous over the run's iterations): it removes the batches whose own data cannot
