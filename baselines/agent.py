@@ -388,7 +388,7 @@ class BaselineAgent:
         """The snapshots the ``deploy`` rule keeps (one candidate per rollout)."""
         if self._final is None:
             self._final = FinalPolicyKeeper(self.config.deploy, np.array([c.limit for c in self.constraints], dtype=np.float64),
-                                            self.config.deploy_snapshots)
+                                            self.config.deploy_snapshots, self.config.deploy_alpha)
         return self._final
 
     def deployed_policies(self) -> list[Any]:

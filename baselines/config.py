@@ -161,6 +161,8 @@ class PPOConfig:
     that collected it) and memory bounds. Training is the same whatever the rule."""
     deploy_snapshots: int = 10
     """Snapshots of the ``tail-mixture``."""
+    deploy_alpha: float = 0.05
+    """One-sided level of ``best-feasible``'s bound on a candidate's rollout costs."""
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -186,7 +188,7 @@ class PPOConfig:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
-        check_deploy(self.deploy, self.deploy_snapshots)
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
 
     def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
         """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to

@@ -67,12 +67,15 @@ TAIL = 0.2
 BUFFER_FROM = 0.6
 
 
-def check_deploy(rule: Any, snapshots: Any = 10) -> None:
-    """One-line ``ValueError`` naming a bad ``deploy`` or ``deploy_snapshots`` value and the fix."""
+def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA) -> None:
+    """One-line ``ValueError`` naming a bad ``deploy``, ``deploy_snapshots`` or ``deploy_alpha``
+    value and the fix."""
     if rule not in DEPLOY_RULES:
         raise ValueError(f"deploy={rule!r}; choose one of {list(DEPLOY_RULES)}")
     if not (isinstance(snapshots, int) and not isinstance(snapshots, bool) and snapshots >= 1):
         raise ValueError(f"deploy_snapshots={snapshots!r} must be an integer >= 1")
+    if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha < 1):
+        raise ValueError(f"deploy_alpha={alpha!r} must lie in (0, 1), e.g. 0.05 (a one-sided 95% bound)")
 
 
 def cost_upper_bound(group_costs: np.ndarray, alpha: float = SELECTION_ALPHA) -> np.ndarray:
@@ -94,7 +97,7 @@ class FinalPolicyKeeper:
     """Keeps the snapshots the rule ``rule`` deploys from (flat parameter lists, CPU copies)."""
 
     def __init__(self, rule: str, limits: np.ndarray, snapshots: int = 10, alpha: float = SELECTION_ALPHA):
-        check_deploy(rule, snapshots)
+        check_deploy(rule, snapshots, alpha)
         self.rule = rule
         self.limits = np.asarray(limits, dtype=np.float64)
         self.n = snapshots

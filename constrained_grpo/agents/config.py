@@ -112,6 +112,8 @@ class GRPOConfig:
     whatever the rule."""
     deploy_snapshots: int = 10
     """Snapshots of the ``tail-mixture``."""
+    deploy_alpha: float = 0.05
+    """One-sided level of ``best-feasible``'s bound on a candidate's batch costs."""
     policy_optimism: float = 0.0
     """beta of the optimistic policy step: after the iteration's update ``Delta_t`` of the
     parameters, ``theta <- theta + beta (Delta_t - Delta_{t-1})``; ``beta = 1`` is
@@ -178,7 +180,7 @@ class GRPOConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"{name}={value!r} must be finite and >= 0")
-        check_deploy(self.deploy, self.deploy_snapshots)
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
         if self.ref_update_every < 0 or self.num_threads < 0:
             raise ValueError("ref_update_every and num_threads must be >= 0")
         if any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):

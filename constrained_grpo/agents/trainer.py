@@ -154,7 +154,8 @@ class GRPOTrainer:
         )
         self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 else None
         self.optimism = OptimisticStep(config.policy_optimism)
-        self.final = FinalPolicyKeeper(config.deploy, np.asarray(adapter.limits, dtype=np.float64), config.deploy_snapshots)
+        self.final = FinalPolicyKeeper(config.deploy, np.asarray(adapter.limits, dtype=np.float64), config.deploy_snapshots,
+                                       config.deploy_alpha)
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0  # training time accumulated over every learn() call

@@ -54,6 +54,13 @@ def test_a_lucky_batch_is_not_selected():
     assert lucky.mean() < steady.mean() and keeper.best_iteration == 1
     assert keeper.state()["cost_bound"][0] == pytest.approx(0.22)
     assert cost_upper_bound(lucky)[0] == pytest.approx(0.2 + 1.7530503 * np.std(lucky, ddof=1) / 4, abs=1e-6)
+    # At level 1/2 the t quantile is 0 and the bound is the batch mean: the lucky batch wins.
+    by_mean = FinalPolicyKeeper("best-feasible", np.array([0.25]), alpha=0.5)
+    by_mean.observe(_p(1.0), 0, 10, batch_return=0.5, group_costs=steady, iteration=1)
+    by_mean.observe(_p(2.0), 10, 20, batch_return=0.9, group_costs=lucky, iteration=2)
+    assert by_mean.best_iteration == 2
+    with pytest.raises(ValueError, match=r"deploy_alpha=1.5 must lie in \(0, 1\)"):
+        GRPOAgent(TASK, preset="quick", deploy_alpha=1.5)
 
 
 def test_tail_mixture_keeps_evenly_spaced_iterations_of_the_last_fifth():
