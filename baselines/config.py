@@ -284,9 +284,16 @@ class PPOLagConfig(PPOConfig):
     ``theta <- theta + beta (Delta_t - Delta_{t-1})`` after each rollout's update
     (:mod:`constrained_grpo.optimism`); pair it with ``multiplier={"optimistic": True}``.
     PPO-Lagrangian's update only; 0: off."""
+    augmented_weights: str = "before-step"
+    """When the augmented Lagrangian's weights ``max(0, lambda + rho e)`` are taken against the
+    rollout's multiplier step: ``before-step`` (the method's definition: penalty rho) or
+    ``after-step`` (``lambda_t + (rho + eta) e``: how ``ppo-lag-al`` ran before it was fixed,
+    kept to reproduce those runs). Other rules ignore it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.augmented_weights not in ("before-step", "after-step"):
+            raise ValueError(f"augmented_weights={self.augmented_weights!r}; choose 'before-step' or 'after-step'")
         for name in ("cost_gamma", "cost_gae_lambda"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 1:

@@ -162,6 +162,7 @@ class PPOLagrangian(PPO):
         cost_window: int = 100,
         normalize_advantage: bool = True,
         policy_optimism: float = 0.0,
+        augmented_weights: str = "before-step",
         policy_kwargs: dict[str, Any] | None = None,
         **ppo_kwargs: Any,
     ):
@@ -193,6 +194,7 @@ class PPOLagrangian(PPO):
         self.cost_estimate: np.ndarray | None = None  # Jhat of the last multiplier step
         # The augmented Lagrangian's (w_R, lambda~) of this rollout, taken before the multiplier step.
         self._rollout_weights: tuple[float, np.ndarray] | None = None
+        self.augmented_weights = augmented_weights
         policy_kwargs = {**(policy_kwargs or {}), "n_costs": self.n_costs}
         if cost_net_arch is not None:
             policy_kwargs["cost_net_arch"] = list(cost_net_arch)
@@ -387,7 +389,7 @@ class PPOLagrangian(PPO):
         estimate = self._estimate_costs(finished)
         if estimate is None:
             return  # no episode has ended yet: nothing to estimate J_c from
-        if self.multiplier.config.rule == "augmented":
+        if self.multiplier.config.rule == "augmented" and self.augmented_weights == "before-step":
             self._rollout_weights = self.multiplier.weights(estimate)
         self.multiplier.update(estimate)
         for c, j, lam in zip(self.constraints, estimate, self.multiplier.values):

@@ -51,7 +51,7 @@ import torch
 from scipy import stats
 
 __all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "SELECTION_ALPHA", "FinalPolicyKeeper", "check_deploy", "cost_upper_bound",
-           "load_params", "member_rows", "params_of"]
+           "load_params", "member_rows", "params_of", "upgrade_recorded"]
 
 DEPLOY_RULES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
 #: The former name of :data:`DEPLOY_RULES`.
@@ -76,6 +76,35 @@ def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA) -
         raise ValueError(f"deploy_snapshots={snapshots!r} must be an integer >= 1")
     if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha < 1):
         raise ValueError(f"deploy_alpha={alpha!r} must lie in (0, 1), e.g. 0.05 (a one-sided 95% bound)")
+
+
+def upgrade_recorded(resolved: Any) -> Any:
+    """A recorded resolved configuration (``config.json["algo"]["resolved"]``) as the code now
+    spells what that run did, so that comparing it with a run made now sees only real changes.
+    In every learner configuration it holds (a dict with ``num_groups``, a GRPO config, or
+    ``clip_range``, an SB3 one; nested ones too, e.g. a warm-start reference's):
+
+    * ``final_policy``/``final_snapshots`` read as ``deploy``/``deploy_snapshots``; a run
+      recorded before the options existed deployed its last iterate with 10 snapshots;
+    * ``deploy_alpha`` at its default, except for ``best-feasible``, whose rule changed (those
+      runs selected on the batch mean: they differ from a run made now);
+    * PPO-Lagrangian's ``augmented_weights``: ``after-step`` where the multiplier rule is the
+      augmented Lagrangian (those runs took the weights after the step), else the default.
+    """
+    if isinstance(resolved, list):
+        return [upgrade_recorded(v) for v in resolved]
+    if not isinstance(resolved, dict):
+        return resolved
+    out = {LEGACY_DEPLOY_KEYS.get(k, k): upgrade_recorded(v) for k, v in resolved.items()}
+    if "num_groups" in out or "clip_range" in out:
+        out.setdefault("deploy", "last")
+        out.setdefault("deploy_snapshots", 10)
+        if out["deploy"] != "best-feasible":
+            out.setdefault("deploy_alpha", SELECTION_ALPHA)
+        multiplier = out.get("multiplier")
+        if "clip_range" in out and isinstance(multiplier, dict) and "cost_window" in out:
+            out.setdefault("augmented_weights", "after-step" if multiplier.get("rule") == "augmented" else "before-step")
+    return out
 
 
 def cost_upper_bound(group_costs: np.ndarray, alpha: float = SELECTION_ALPHA) -> np.ndarray:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints, override_limits
+from constrained_grpo.deploy import upgrade_recorded
 from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, agent_spec, make_agent, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
@@ -142,6 +143,7 @@ class RunSpec:
         if not isinstance(recorded, Mapping) or not self.same_results_as(recorded):
             return f"settings {dict(recorded) if isinstance(recorded, Mapping) else recorded}, not {self.to_dict()}"
         then = (config.get("algo") or {}).get("resolved") if isinstance(config.get("algo"), Mapping) else None
+        then = upgrade_recorded(then)  # the deploy options' earlier names and absence (constrained_grpo.deploy)
         now = _as_recorded(resolve_config(self.algo, self.task, **self.config))
         if then == now:
             return None

@@ -41,3 +41,18 @@ def test_the_lagrangian_rules_keep_ppo_lagrangians_order(monkeypatch: pytest.Mon
     model._update_multipliers([np.array([0.4, 6.6])])
     model._mix_advantages()
     assert seen[-1] == pytest.approx(model.multiplier.values) and model.multiplier.values[0] > 0.5
+
+
+def test_after_step_reproduces_the_runs_made_before_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = make_agent("ppo-lag-al", "Grid/HazardFuel3x3-v0", seed=0, augmented_weights="after-step", **TINY).learn(64)
+    model = agent.model
+    model.multiplier.values[:] = 0.5
+    seen: list[np.ndarray] = []
+    real = ppo_lagrangian.lagrangian_advantage
+    monkeypatch.setattr(ppo_lagrangian, "lagrangian_advantage",
+                        lambda *a, **k: seen.append(np.array(a[2])) or real(*a, **k))
+    model._update_multipliers([np.array([0.4, 6.6])])
+    model._mix_advantages()
+    assert seen[-1] == pytest.approx([0.51 + 0.05 * 1.0, 0.505 + 0.05 * 0.5])  # lambda_t + (rho + eta) e_t
+    with pytest.raises(ValueError, match="augmented_weights='later'; choose 'before-step' or 'after-step'"):
+        make_agent("ppo-lag-al", "Grid/HazardFuel3x3-v0", augmented_weights="later", **TINY)

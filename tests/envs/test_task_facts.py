@@ -24,7 +24,7 @@ GRID_ENTRY = "constrained_grpo.envs.gridworld.env:GridWorldEnv"
 #: Options added after the digests were taken, at the defaults that leave every earlier
 #: algorithm's behaviour as it was (the last-iterate rules); removed before digesting.
 ADDED_SINCE = {"policy_optimism": 0.0, "final_policy": "last", "final_snapshots": 10,
-               "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05}
+               "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05, "augmented_weights": "before-step"}
 ADDED_TO_MULTIPLIER_SINCE = {"optimistic": False, "reg_tau": 0.01, "rho": 1.0, "crpo_tol": 0.0}
 
 
