@@ -50,8 +50,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "SELECTION_ALPHA", "FinalPolicyKeeper", "check_deploy", "cost_upper_bound",
-           "load_params", "member_rows", "params_of", "upgrade_recorded"]
+__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "SELECTION_ALPHA", "FinalPolicyKeeper",
+           "check_deploy", "cost_upper_bound", "load_params", "member_rows", "params_of", "upgrade_recorded"]
 
 DEPLOY_RULES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
 #: The former name of :data:`DEPLOY_RULES`.
