@@ -117,8 +117,11 @@ def test_best_feasible_trains_as_the_last_iterate_does():
     last.learn(10_000, a.append)
     best.learn(10_000, b.append)
     assert [r["ep_cost"] for r in a] == [r["ep_cost"] for r in b]  # snapshots change nothing in training
-    for p, q in zip(last.policy.parameters(), best.policy.parameters()):
-        assert torch.equal(p, q)
+    mix = GRPOAgent(TASK, seed=5, preset="quick", deploy="tail-mixture").learn(10_000)
+    for other in (best, mix):  # the last iterate, parameter for parameter, and the multipliers
+        for p, q in zip(last.policy.parameters(), other.policy.parameters(), strict=True):
+            assert torch.equal(p, q)
+        assert np.array_equal(last.multipliers, other.multipliers)
     kept = best.trainer.final
     # The selection's bound never admits a batch whose mean is over a limit.
     feasible = [r for r in b if all(c <= d for c, d in zip(r["ep_cost"], kept.limits))]
