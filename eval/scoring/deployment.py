@@ -23,6 +23,7 @@ How the board uses it (per-run metrics ``m``, configs from ``loader.run_configs(
     runs = with_deployment(m, configs)
     ranked = last_iterate_runs(runs)          # the main tables: each learner once, its last iterate
     table = deployment_table(runs)            # per task: each rule against the learner's last iterate
+    suite = suite_deployment_table(runs, tasks)  # the same over a suite (stratified by task)
     check_independent(runs, a, b, task)       # before testing a against b as independent samples
 
 :func:`check_independent` refuses two deployments of one training; :func:`selection_check`
@@ -42,7 +43,8 @@ import pandas as pd
 from scipy import stats
 
 __all__ = ["ALPHA", "DEPLOYMENT_COLUMNS", "SharedTrainingError", "check_independent", "deployment_table",
-           "last_iterate_runs", "mcnemar_exact_p", "paired_interval", "run_selections", "selection_check", "with_deployment"]
+           "last_iterate_runs", "mcnemar_exact_p", "paired_interval", "run_selections", "selection_check", "suite_deployment_table",
+           "with_deployment"]
 
 #: Two-sided level of the gain's interval and of McNemar's test.
 ALPHA = 0.05
@@ -169,6 +171,42 @@ def deployment_table(runs: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
                         "gain_lo": _r(lo), "gain_hi": _r(hi), "gain": gain, "feasible_last": int(f_last.sum()),
                         "feasible_deploy": int(f_rule.sum()), "moved_in": moved_in, "moved_out": moved_out,
                         "limits_p": _r(p), "limits": limits})
+    return pd.DataFrame(out, columns=list(DEPLOYMENT_COLUMNS))
+
+
+def suite_deployment_table(runs: pd.DataFrame, suite: list[str], alpha: float = ALPHA) -> pd.DataFrame:
+    """The deployment table over a suite of tasks, per learner and rule: the gain is the mean
+    over the tasks of each task's mean paired gain, ``g = (1/T) sum_t dbar_t``, with the
+    stratified variance ``(1/T^2) sum_t s_t^2 / n_t`` and a t interval on Welch-Satterthwaite's
+    degrees of freedom (each task's trainings are independent of the others'); the seeds moved
+    into and out of the limits are pooled over the suite's runs (each a training of its own)
+    for McNemar's exact test. A learner enters only with every task of ``suite`` paired."""
+    per_task = deployment_table(runs[runs["task"].isin(suite)], alpha)
+    out: list[dict[str, Any]] = []
+    for (learner, rule), g in per_task.groupby(["learner", "deploy"], sort=True):
+        if set(g["task"]) != set(suite) or (g["seeds"] < 2).any():
+            continue
+        parts = []
+        for task in suite:
+            rows = runs[(runs["task"] == task) & (runs["learner"] == learner)]
+            last, other = rows[rows["deploy"] == "last"].set_index("seed"), rows[rows["deploy"] == rule].set_index("seed")
+            seeds = sorted(set(last.index) & set(other.index))
+            parts.append(other.loc[seeds, "score"].to_numpy(float) - last.loc[seeds, "score"].to_numpy(float))
+        t_count = len(parts)
+        mean = float(np.mean([np.mean(d) for d in parts]))
+        v = [float(np.var(d, ddof=1)) / len(d) for d in parts]
+        var = sum(v) / t_count**2
+        dof = sum(v) ** 2 / sum(vi**2 / (len(d) - 1) for vi, d in zip(v, parts)) if sum(v) > 0 else math.inf
+        half = float(stats.t.ppf(1 - alpha / 2, dof)) * math.sqrt(var) if math.isfinite(dof) else 0.0
+        lo, hi = mean - half, mean + half
+        moved_in, moved_out = int(g["moved_in"].sum()), int(g["moved_out"].sum())
+        p = mcnemar_exact_p(moved_in, moved_out)
+        out.append({"task": "suite", "learner": learner, "deploy": rule, "seeds": int(g["seeds"].sum()),
+                    "gain_mean": _r(mean), "gain_lo": _r(lo), "gain_hi": _r(hi),
+                    "gain": "gain" if lo > 0 else "loss" if hi < 0 else "not shown",
+                    "feasible_last": int(g["feasible_last"].sum()), "feasible_deploy": int(g["feasible_deploy"].sum()),
+                    "moved_in": moved_in, "moved_out": moved_out, "limits_p": _r(p),
+                    "limits": ("into" if moved_in > moved_out else "out of") if p < alpha else "no change shown"})
     return pd.DataFrame(out, columns=list(DEPLOYMENT_COLUMNS))
 
 

@@ -18,6 +18,7 @@ from constrained_grpo.eval.scoring.deployment import (
     paired_interval,
     run_selections,
     selection_check,
+    suite_deployment_table,
     with_deployment,
 )
 from constrained_grpo.eval.scoring.loader import run_deployment
@@ -123,3 +124,26 @@ def test_the_main_tables_rank_each_learner_once_on_its_last_iterate():
     assert ranked[ranked["algo"] == "cgrpo"]["score"].tolist() == [0.0, 0.0, 0.0]  # not the alias's scores
     with pytest.raises(SharedTrainingError, match="two runs deploy its last iterate"):
         last_iterate_runs(pd.concat([runs, _runs("cgrpo", "cgrpo-copy", "last", np.zeros(3), np.ones(3, bool))]))
+
+
+def test_the_suite_aggregate_is_stratified_by_task():
+    """Task A's paired gains 1, 2, 3 (mean 2, variance 1), task B's 0, 0, 3 (mean 1, variance
+    3): the suite's gain is (2 + 1) / 2 = 1.5 with variance (1/3 + 3/3) / 4 = 1/3 on
+    Welch-Satterthwaite's (4/3)^2 / ((1/3)^2 / 2 + 1 / 2) = 3.2 degrees of freedom,
+    t_{3.2, 0.975} = 3.072829: 1.5 +- 1.774099. Two seeds moved into the limits, none out:
+    McNemar's p = 1/2, no change shown."""
+    base = np.zeros(3)
+    runs = pd.concat([
+        _runs("a", "a", "last", base, np.array([False, False, True]), task="A"),
+        _runs("a", "a-best", "best-feasible", np.array([1.0, 2.0, 3.0]), np.ones(3, bool), task="A"),
+        _runs("a", "a", "last", base, np.ones(3, bool), task="B"),
+        _runs("a", "a-best", "best-feasible", np.array([0.0, 0.0, 3.0]), np.ones(3, bool), task="B"),
+        _runs("b", "b", "last", base, np.ones(3, bool), task="A"),  # b has no deployment on B: not in the suite
+        _runs("b", "b-best", "best-feasible", base + 1, np.ones(3, bool), task="A"),
+    ])
+    table = suite_deployment_table(runs, ["A", "B"])
+    assert table["learner"].tolist() == ["a"]
+    row = table.iloc[0]
+    assert (row["gain_mean"], row["gain_lo"], row["gain_hi"]) == pytest.approx((1.5, 1.5 - 1.774099, 1.5 + 1.774099), abs=1e-5)
+    assert row["gain"] == "not shown" and (row["moved_in"], row["moved_out"]) == (2, 0) and row["limits_p"] == 0.5
+    assert row["seeds"] == 6 and row["task"] == "suite"
