@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 import stable_baselines3
 import torch as th
+from safetensors.torch import load_file, save_file
 from stable_baselines3 import PPO
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
@@ -54,11 +55,12 @@ from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
 from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
+from constrained_grpo.deploy import FinalPolicyKeeper, load_params, member_rows, params_of
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult, register_agent
-from constrained_grpo.sampling import categorical_from_uniform, gaussian_from_uniform
+from constrained_grpo.sampling import categorical_from_uniform, episode_choice, gaussian_from_uniform
 from constrained_grpo.tasks import make_env, rollout_episodes, task_info
 from constrained_grpo.wrappers import RecordEpisodeCost
 
@@ -80,6 +82,8 @@ __all__ = [
 EVAL_SEED_OFFSET = 1_000_003
 
 SAVE_FORMAT = 1
+#: The kept snapshots of a ``deploy`` rule other than ``last`` (safetensors).
+DEPLOY_FILE = "deploy.safetensors"
 _ACTIVATION_FN: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
@@ -274,6 +278,9 @@ class _ContractLog(BaseCallback):
         self._episodes: list[tuple[float, np.ndarray, int]] = []
         self._pending: list[tuple[float, np.ndarray, int]] | None = None
         self._start = time.perf_counter()
+        # The deployment candidate of the rollout under way: the policy that collects it.
+        self._collecting: list[th.Tensor] | None = None
+        self._steps_before = 0
 
     def _on_step(self) -> bool:
         dones, infos = self.locals["dones"], self.locals["infos"]
@@ -299,9 +306,18 @@ class _ContractLog(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         self._pending, self._episodes = self._episodes, []
+        # Each finished episode started afresh: a group of one (constrained_grpo.deploy).
+        episodes = self._pending
+        ret = float(np.mean([e[0] for e in episodes])) if episodes else math.nan
+        costs = np.array([e[1] for e in episodes], dtype=np.float64).reshape(len(episodes), self.agent.num_constraints)
+        self.agent.final.observe(self._collecting, self._steps_before, self.agent.env_steps, ret, costs,
+                                 self.agent.iterations + 1)
+        self._collecting = None
 
     def _on_rollout_start(self) -> None:
         self._emit()
+        if self.agent.final.active:  # a copy: nothing here feeds back into training
+            self._collecting, self._steps_before = params_of(self.agent.model.policy), self.agent.env_steps
 
     def _on_training_end(self) -> None:
         self._emit()
@@ -362,6 +378,46 @@ class BaselineAgent:
         self.iterations = 0
         self._wall_s = 0.0  # training time of earlier learn() calls
         self._recent: deque[tuple[float, np.ndarray, int]] = deque(maxlen=100)
+        self._final: FinalPolicyKeeper | None = None  # built on first use: a subclass may set its limits after this
+        self._deployed: list[Any] | None = None
+        self._choices: np.ndarray | None = None  # the mixture's member per row (begin_episodes)
+
+    # --- the deployed policy (constrained_grpo.deploy) ----------------------------------
+    @property
+    def final(self) -> FinalPolicyKeeper:
+        """The snapshots the ``deploy`` rule keeps (one candidate per rollout)."""
+        if self._final is None:
+            self._final = FinalPolicyKeeper(self.config.deploy, np.array([c.limit for c in self.constraints], dtype=np.float64),
+                                            self.config.deploy_snapshots, self.config.deploy_alpha)
+        return self._final
+
+    def deployed_policies(self) -> list[Any]:
+        """The SB3 policies deployed: ``[model.policy]`` for the last iterate (and where a rule
+        found nothing to keep), else copies holding the kept snapshots."""
+        if self._deployed is None:
+            kept = self.final.deployed()
+            self._deployed = [self.model.policy] if not kept else []
+            live = self.model.policy
+            for params in kept:
+                # Rebuilt from its constructor arguments, as SB3's own policy load does (a
+                # deepcopy trips over the non-leaf tensors some policies cache).
+                policy = type(live)(**live._get_constructor_parameters()).to(live.device)
+                policy.set_training_mode(False)
+                load_params(policy, params)
+                self._deployed.append(policy)
+        return self._deployed
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        """The rule and what it kept, JSON-safe (``best-feasible``: the selected rollout, its
+        mean costs, their one-sided bounds, its episode count and the level)."""
+        return self.final.state()
+
+    def begin_episodes(self, reset_seeds: np.ndarray) -> None:
+        """The episodes of the next ``act``/``act_batch`` rows start from these reset seeds: a
+        mixture plays member ``episode_choice(seed, n)`` in each."""
+        n = len(self.deployed_policies())
+        self._choices = episode_choice(np.asarray(reset_seeds), n) if n > 1 else None
 
     # --- Contract 2 -----------------------------------------------------------------
     @property
@@ -397,11 +453,15 @@ class BaselineAgent:
             # SB3's own logger makes an empty tempdir/SB3-<time> folder per learn() even at
             # verbose=0; this one writes nowhere and keeps name_to_value for the log record.
             self.model.set_logger(Logger(folder=None, output_formats=[]))
+        rollout = self.model.n_steps * self.model.n_envs
+        self.final.begin(self.env_steps, self.env_steps + math.ceil(total_env_steps / rollout) * rollout)
         try:
             # reset_num_timesteps=False: a second learn() continues the same episodes and counters.
             self.model.learn(total_env_steps, callback=callback, reset_num_timesteps=False, log_interval=1)
         finally:
             self._wall_s += time.perf_counter() - callback._start
+        self.final.finish()
+        self._deployed, self._choices = None, None
         return self
 
     def _iteration_record(self, episodes: list[tuple[float, np.ndarray, int]], wall_s: float) -> dict[str, Any]:
@@ -446,18 +506,46 @@ class BaselineAgent:
         return record
 
     def predict(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """The policy's action for ``obs`` (one observation or a batch)."""
-        return self.model.predict(obs, deterministic=deterministic)[0]
+        """The deployed policy's action for ``obs`` (one observation or a batch); a mixture
+        plays each row's member (``begin_episodes``)."""
+        policies = self.deployed_policies()
+        if len(policies) == 1:
+            return policies[0].predict(obs, deterministic=deterministic)[0]
+        batch = np.asarray(obs)
+        single = batch.shape == self.model.observation_space.shape
+        rows = batch[None] if single else batch
+        parts = [(idx, policies[j].predict(rows[idx], deterministic=deterministic)[0])
+                 for j, idx in member_rows(len(policies), self._choices, len(rows))]
+        out = np.empty((len(rows), *np.shape(parts[0][1])[1:]), dtype=np.asarray(parts[0][1]).dtype)
+        for idx, part in parts:
+            out[idx] = part
+        return out[0] if single else out
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """The action for one observation (Contract 2; sampling uses torch's global generator)."""
+        """The action for one observation (Contract 2; sampling uses torch's global generator).
+        A ``tail-mixture`` agent plays the member its episode's reset seed chose: call
+        ``begin_episodes([seed])`` after ``env.reset(seed=seed)``."""
         return self.predict(obs, deterministic)
 
     def act_batch(self, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
         """Actions for a batch ``(B, ...)``: SB3's mode, or the action the episodes' draws
         ``uniforms`` ``(B, D)`` pick by inverse transform sampling from the policy's
-        distribution (:mod:`constrained_grpo.sampling`); Box actions clipped as ``predict`` does."""
-        policy = self.model.policy
+        distribution (:mod:`constrained_grpo.sampling`); Box actions clipped as ``predict`` does.
+        A mixture plays each row's member (``begin_episodes``)."""
+        obs = np.asarray(obs)
+        uniforms = np.asarray(uniforms)
+        policies = self.deployed_policies()
+        if len(policies) == 1:
+            return self._act_batch(policies[0], obs, deterministic, uniforms)
+        parts = [(idx, self._act_batch(policies[j], obs[idx], deterministic, uniforms[idx]))
+                 for j, idx in member_rows(len(policies), self._choices, len(obs))]
+        out = np.empty((len(obs), *parts[0][1].shape[1:]), dtype=parts[0][1].dtype)
+        for idx, part in parts:
+            out[idx] = part
+        return out
+
+    def _act_batch(self, policy: Any, obs: np.ndarray, deterministic: bool, uniforms: np.ndarray) -> np.ndarray:
+        """:meth:`act_batch` with one SB3 ``policy``."""
         with th.no_grad():
             obs_t, _ = policy.obs_to_tensor(np.asarray(obs))
             dist = policy.get_distribution(obs_t)
@@ -490,7 +578,8 @@ class BaselineAgent:
         try:
             with th.random.fork_rng(devices=[]):
                 th.manual_seed(seed)
-                return rollout_episodes(env, partial(self.predict, deterministic=deterministic), n_episodes, seed)
+                return rollout_episodes(env, partial(self.predict, deterministic=deterministic), n_episodes, seed,
+                                        on_reset=lambda s: self.begin_episodes(np.array([s], dtype=np.int64)))
         finally:
             env.close()
 
@@ -520,6 +609,11 @@ class BaselineAgent:
             state["cost_window"] = [c.tolist() for c in lag.cost_window]
             state["cost_estimate"] = None if lag.cost_estimate is None else lag.cost_estimate.tolist()
             state["optimism"] = lag.optimism.state_dict()
+        if self.final.active:  # the deployed snapshots, beside SB3's zip (safetensors)
+            state["deploy"] = self.final.state()
+            tmp = path / (DEPLOY_FILE + ".tmp")
+            save_file({k: v.contiguous() for k, v in self.final.tensors().items()}, str(tmp))
+            os.replace(tmp, path / DEPLOY_FILE)
         atomic_write_text(path / "agent.json", json.dumps(state, indent=2))
         return path
 
@@ -551,6 +645,12 @@ class BaselineAgent:
             estimate = state["cost_estimate"]
             lag.cost_estimate = None if estimate is None else np.asarray(estimate, dtype=np.float64)
             lag.optimism.load_state_dict(state.get("optimism"), actor_parameters(lag.policy))
+        if self.final.active:
+            self.final.load_state(state.get("deploy"))
+            if (path / DEPLOY_FILE).is_file():
+                with reading_checkpoint(path / DEPLOY_FILE, "deployed policy snapshots"):
+                    self.final.load_tensors(load_file(str(path / DEPLOY_FILE)))
+        self._deployed, self._choices = None, None
         return self
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, TypeVar
 
+from constrained_grpo.deploy import check_deploy
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import check_options, coerce_fields, merge_options, option_names, with_options
 
@@ -153,6 +154,16 @@ class PPOConfig:
     device: str = "cpu"
     """Torch device; SB3 recommends the CPU for MLP policies."""
 
+    # --- deployment (constrained_grpo.deploy) ----------------------------------------
+    deploy: str = "last"
+    """The policy deployed after training: ``last``, ``best-feasible`` or ``tail-mixture``,
+    the GRPO agents' rules with the same candidates (one policy snapshot per rollout, the one
+    that collected it) and memory bounds. Training is the same whatever the rule."""
+    deploy_snapshots: int = 10
+    """Snapshots of the ``tail-mixture``."""
+    deploy_alpha: float = 0.05
+    """One-sided level of ``best-feasible``'s bound on a candidate's rollout costs."""
+
     def __post_init__(self) -> None:
         coerce_fields(self)
         for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
@@ -177,6 +188,7 @@ class PPOConfig:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
 
     def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
         """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to
@@ -272,9 +284,16 @@ class PPOLagConfig(PPOConfig):
     ``theta <- theta + beta (Delta_t - Delta_{t-1})`` after each rollout's update
     (:mod:`constrained_grpo.optimism`); pair it with ``multiplier={"optimistic": True}``.
     PPO-Lagrangian's update only; 0: off."""
+    augmented_weights: str = "before-step"
+    """When the augmented Lagrangian's weights ``max(0, lambda + rho e)`` are taken against the
+    rollout's multiplier step: ``before-step`` (the method's definition: penalty rho) or
+    ``after-step`` (``lambda_t + (rho + eta) e``: how ``ppo-lag-al`` ran before it was fixed,
+    kept to reproduce those runs). Other rules ignore it."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.augmented_weights not in ("before-step", "after-step"):
+            raise ValueError(f"augmented_weights={self.augmented_weights!r}; choose 'before-step' or 'after-step'")
         for name in ("cost_gamma", "cost_gae_lambda"):
             value = getattr(self, name)
             if value is not None and not 0 <= value <= 1:

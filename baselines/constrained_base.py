@@ -50,6 +50,7 @@ def lag_model_kwargs(config: PPOLagConfig) -> dict[str, Any]:
         cost_advantage_norm=config.cost_advantage_norm,
         cost_window=config.cost_window,
         policy_optimism=config.policy_optimism,
+        augmented_weights=config.augmented_weights,
     )
 
 

@@ -162,6 +162,7 @@ class PPOLagrangian(PPO):
         cost_window: int = 100,
         normalize_advantage: bool = True,
         policy_optimism: float = 0.0,
+        augmented_weights: str = "before-step",
         policy_kwargs: dict[str, Any] | None = None,
         **ppo_kwargs: Any,
     ):
@@ -191,6 +192,9 @@ class PPOLagrangian(PPO):
         self.reward_advantage_norm = "standardize" if normalize_advantage else "none"
         self.cost_window = deque(maxlen=cost_window)
         self.cost_estimate: np.ndarray | None = None  # Jhat of the last multiplier step
+        # The augmented Lagrangian's (w_R, lambda~) of this rollout, taken before the multiplier step.
+        self._rollout_weights: tuple[float, np.ndarray] | None = None
+        self.augmented_weights = augmented_weights
         policy_kwargs = {**(policy_kwargs or {}), "n_costs": self.n_costs}
         if cost_net_arch is not None:
             policy_kwargs["cost_net_arch"] = list(cost_net_arch)
@@ -374,10 +378,19 @@ class PPOLagrangian(PPO):
         return self.cost_estimate
 
     def _update_multipliers(self, finished: list[np.ndarray]) -> None:
-        """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes."""
+        """One multiplier step on ``Jhat`` = mean episodic cost of this rollout's episodes.
+
+        The augmented Lagrangian's weights are taken *before* the step, as the method defines
+        them: the policy step on rollout t weighs cost k by ``max(0, lambda_t + rho e_t)``, then
+        ``lambda_{t+1} = lambda_t + eta e_t``. Taken after it, the weight would be
+        ``lambda_t + (rho + eta) e_t``: a penalty of rho + eta, not rho. The Lagrangian rules
+        keep PPO-Lagrangian's order (the multiplier just updated on the rollout weighs it)."""
+        self._rollout_weights = None
         estimate = self._estimate_costs(finished)
         if estimate is None:
             return  # no episode has ended yet: nothing to estimate J_c from
+        if self.multiplier.config.rule == "augmented" and self.augmented_weights == "before-step":
+            self._rollout_weights = self.multiplier.weights(estimate)
         self.multiplier.update(estimate)
         for c, j, lam in zip(self.constraints, estimate, self.multiplier.values):
             self.logger.record(f"rollout/ep_cost_{c.name}", float(j))
@@ -386,9 +399,11 @@ class PPOLagrangian(PPO):
     def _mix_advantages(self) -> None:
         buf = self.rollout_buffer
         shape = buf.reward_advantages.shape
-        # The rule's weights on this rollout's estimate (the multipliers just updated on it;
-        # the augmented Lagrangian's max(0, lambda + rho e) or CRPO's switch).
-        reward_weight, lambdas = self.multiplier.weights(self.cost_estimate)
+        # The rule's weights on this rollout's estimate: the multipliers just updated on it,
+        # CRPO's switch, or the augmented Lagrangian's max(0, lambda + rho e) from the
+        # multiplier before its step (_update_multipliers).
+        pre_step = self._rollout_weights
+        reward_weight, lambdas = pre_step if pre_step is not None else self.multiplier.weights(self.cost_estimate)
         mixed = lagrangian_advantage(
             buf.reward_advantages.reshape(-1),
             buf.cost_advantages.reshape(-1, self.n_costs),

@@ -478,7 +478,7 @@ def _cmd_algos(args: argparse.Namespace) -> int:
             raise CliError(f"cgrpo algos {args.name} needs --task ID: the configuration depends on the task's family")
         print(json.dumps(_resolve(args.name, args.task, {}).to_dict(), indent=2, sort_keys=True))
         return 0
-    names = list_agents()
+    names = list_agents(aliases=False)  # deployment is an option of a run (deploy=...), not an algorithm
     if not names:
         print("no algorithm is registered (constrained_grpo.agents and constrained_grpo.baselines register theirs on import)")
         return 0
@@ -487,6 +487,10 @@ def _cmd_algos(args: argparse.Namespace) -> int:
         spec = agent_spec(name)
         kind = "reference" if spec.reference else "constrained" if spec.constrained else "unconstrained"
         print(f"{name:<{width}}  {kind:<13}  {spec.description}")
+    aliases = [a for a in list_agents() if agent_spec(a).alias_of is not None]
+    if aliases:
+        print("aliases (a learning algorithm with a deployment rule, --config.deploy): " + ", ".join(
+            f"{a} = {agent_spec(a).alias_of} deploy={agent_spec(a).defaults.get('deploy')}" for a in aliases))
     return 0
 
 

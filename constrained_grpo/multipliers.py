@@ -17,10 +17,14 @@ for the augmented Lagrangian and CRPO), ``state_dict()`` and ``load_state_dict()
 rule projects onto ``[0, lambda_max]``.
 
 Plain primal-dual updates converge on average, not in the last iterate (the policy and the
-multiplier cycle around the saddle; ReLOAD, arXiv 2302.01275). The rules that settle are
+multiplier cycle around the saddle; ReLOAD, arXiv 2302.01275). The rules with a published
+last-iterate guarantee (for tabular policies and exact gradients, docs/papers.md) are
 ``dual_ascent`` and ``regularized`` with ``optimistic=True`` (optimistic gradient ascent on
 the multiplier, to be paired with the optimistic policy step of the agent), ``regularized``
-(RPG-PD's ``- tau lambda``), ``augmented`` (the augmented Lagrangian) and ``crpo``.
+(RPG-PD's ``- tau lambda``, to a point biased by ``tau lambda*``) and ``augmented`` (the
+augmented Lagrangian); ``crpo``'s guarantee is for the mixture of its feasible iterates. How
+often their final policies meet the limits in the suite is measured, not assumed
+(``results/last_iterate/``).
 """
 
 from __future__ import annotations

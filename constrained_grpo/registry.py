@@ -252,6 +252,9 @@ class AgentSpec:
             leaderboard as an unranked anchor.
         acts_on_text: whether it can act on a text task (a language-model policy, the GRPO
             family); the benchmark presets run only such algorithms on text tasks.
+        alias_of: for a convenience name that sets a deployment rule (``deploy``) on another
+            algorithm, that algorithm: its runs are that algorithm's trainings, so it is not
+            listed or ranked as an algorithm of its own (None: a learning algorithm).
     """
 
     name: str
@@ -262,6 +265,7 @@ class AgentSpec:
     lambda_in_reward_units: bool = False
     reference: bool = False
     acts_on_text: bool = False
+    alias_of: str | None = None
 
 
 _REGISTRY: dict[str, AgentSpec] = {}
@@ -278,6 +282,7 @@ def register_agent(
     lambda_in_reward_units: bool = False,
     reference: bool = False,
     acts_on_text: bool = False,
+    alias_of: str | None = None,
     override: bool = False,
 ) -> AgentSpec:
     """Register an algorithm; registering the same spec twice is a no-op. A class given as
@@ -285,7 +290,7 @@ def register_agent(
     if isinstance(entry_point, type):
         check_agent_class(entry_point, name)
     spec = AgentSpec(name, entry_point, dict(defaults or {}), description, constrained, lambda_in_reward_units,
-                     reference, acts_on_text)
+                     reference, acts_on_text, alias_of)
     old = _REGISTRY.get(name)
     if old is not None and old != spec and not override:
         raise ValueError(
@@ -310,10 +315,11 @@ def _load_builtins() -> None:
                 raise
 
 
-def list_agents() -> list[str]:
-    """Names of every registered algorithm, sorted."""
+def list_agents(aliases: bool = True) -> list[str]:
+    """Names of every registered algorithm, sorted; ``aliases=False``: the learning algorithms
+    only (no name that sets a deployment rule on another, ``AgentSpec.alias_of``)."""
     _load_builtins()
-    return sorted(_REGISTRY)
+    return sorted(n for n, s in _REGISTRY.items() if aliases or s.alias_of is None)
 
 
 def load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any]:

@@ -200,11 +200,13 @@ def rollout_episodes(
     act: Callable[[np.ndarray], Any],
     n_episodes: int,
     seed: int | None = None,
+    on_reset: Callable[[int], None] | None = None,
 ) -> EvalResult:
     """Run ``n_episodes`` full episodes of ``act(obs) -> action`` on ``env``.
 
     Episode ``i`` starts from ``reset(seed=seed + i)`` when ``seed`` is given, so an
-    evaluation is reproducible and independent of training's random stream.
+    evaluation is reproducible and independent of training's random stream; ``on_reset(seed
+    + i)`` is called after that reset (a mixture policy picks the episode's member there).
     """
     if n_episodes < 1:
         raise ValueError(f"n_episodes must be >= 1, got {n_episodes}")
@@ -214,6 +216,8 @@ def rollout_episodes(
     lengths = np.zeros(n_episodes, dtype=np.int64)
     for i in range(n_episodes):
         obs, _ = env.reset(seed=None if seed is None else seed + i)
+        if on_reset is not None and seed is not None:
+            on_reset(seed + i)
         done = False
         while not done:
             obs, reward, terminated, truncated, info = env.step(act(obs))

@@ -35,7 +35,7 @@ _GRPO_NAMES: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo")
 STANDARD_ALGOS: tuple[str, ...] = (
     *DEFAULT_ALGOS, "cgrpo-pid",
     "trpo-lag", "cpo", "pcpo", "focops", "cup", "p3o", "rcpo", "saute-ppo",
-    "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo", "cgrpo-best", "cgrpo-mix",
+    "cgrpo-ogda", "cgrpo-reg", "cgrpo-oreg", "cgrpo-al", "cgrpo-crpo", "cgrpo-best", "cgrpo-mix",
     "ppo-lag-ogda", "ppo-lag-al", "crpo",
     "cgrpo-corr", "cgrpo-is", "cgrpo-mdp",
 )
@@ -241,7 +241,7 @@ STANDARD_GRID_TASKS: tuple[str, ...] = (
 HIGHWAY_STANDARD_STEPS = 300_000
 
 #: The last-iterate study's GRPO configurations: cgrpo's PI rule, every multiplier rule, the remedies.
-_LAST_ITERATE_GRPO = ("cgrpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo",
+_LAST_ITERATE_GRPO = ("cgrpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-oreg", "cgrpo-al", "cgrpo-crpo",
                       "cgrpo-best", "cgrpo-mix")
 
 PRESETS: dict[str, Preset] = {

@@ -287,6 +287,9 @@ def render_run(run_dir: str | Path, out: str | Path, *, deterministic: bool = Tr
     names = [c.name for c in env.unwrapped.constraints]
     try:
         obs, info = env.reset(seed=EVAL_SEED if seed is None else seed)
+        begin = getattr(agent, "begin_episodes", None)
+        if callable(begin):  # a mixture plays the member this reset seed chooses, as in its evaluation
+            begin(np.array([EVAL_SEED if seed is None else seed], dtype=np.int64))
         frames: list[np.ndarray] = [] if grid else [env.render()]
         cells, costs, rewards = [int(info.get("cell", 0))], [np.zeros(len(names))], [0.0]
         done, t = False, 0

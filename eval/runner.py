@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.constraints import get_constraints, override_limits
+from constrained_grpo.deploy import upgrade_recorded
 from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, ResolvedConfig, agent_spec, build_agent, resolve, resolve_config
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, IMPLEMENTATION_DEFAULTS, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
@@ -142,6 +143,7 @@ class RunSpec:
         if not isinstance(recorded, Mapping) or not self.same_results_as(recorded):
             return f"settings {dict(recorded) if isinstance(recorded, Mapping) else recorded}, not {self.to_dict()}"
         then = (config.get("algo") or {}).get("resolved") if isinstance(config.get("algo"), Mapping) else None
+        then = upgrade_recorded(then)  # the deploy options' earlier names and absence (constrained_grpo.deploy)
         now = _as_recorded(resolve_config(self.algo, self.task, **self.config))
         if isinstance(then, Mapping):
             now = _without_new_nulls(now, then)
@@ -326,6 +328,8 @@ def run_config(spec: RunSpec, out: str | Path, meta: TaskMeta, provenance: Mappi
             "constrained": spec_info.constrained,
             "lambda_in_reward_units": spec_info.lambda_in_reward_units,
             "reference": spec_info.reference,
+            # An alias (cgrpo-best) names the learning algorithm it trains; deployment is a factor.
+            "alias_of": spec_info.alias_of,
             # What the agent is built from: defaults, variant, family table, preset and overrides.
             "resolved": (resolved if resolved is not None else resolve(spec.algo, spec.task, **spec.config)).to_dict(),
             "defaults": dict(spec_info.defaults),
@@ -558,6 +562,8 @@ def _execute(
         "eval": protocol.to_dict(),
         # The multipliers' projection bound, where the agent has one: "at bound" needs it.
         "lambda_max": getattr(agent, "lambda_max", None),
+        # The deployment rule and what it kept (best-feasible: the iteration, its cost bounds).
+        "deployed": getattr(agent, "deployment", None),
         "host": socket.gethostname(),
     }
     (path / RUNNING_FILE).unlink(missing_ok=True)

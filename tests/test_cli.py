@@ -320,9 +320,10 @@ def test_algos_lists_every_name_in_aligned_columns_and_references_as_such(capsys
     from constrained_grpo.registry import agent_spec, list_agents
 
     assert main(["algos"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    names = list_agents()
-    assert [ln.split()[0] for ln in lines] == names
+    *lines, aliases = capsys.readouterr().out.splitlines()
+    names = list_agents(aliases=False)  # learning algorithms; a deployment rule is an option of a run
+    assert [ln.split()[0] for ln in lines] == names and "cgrpo-best" not in names
+    assert aliases.startswith("aliases") and "cgrpo-best = cgrpo deploy=best-feasible" in aliases
     width = max(len(n) for n in names)
     # The kind column starts after the longest name (trpo-lag-omnisafe, 17 characters) on every line.
     assert {ln[width + 2:].split()[0] for ln in lines} <= {"constrained", "unconstrained", "reference"}

@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 from constrained_grpo.agents.checkpoint import CONFIG_FILE, STATE_FILE, WEIGHTS_FILE, load_trained_state
 from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.control import ControlAdapter
+from constrained_grpo.agents.final_policy import load_params, member_rows
 from constrained_grpo.agents.trainer import GRPOTrainer
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import CheckpointError, merge_options, read_saved_json, reading_checkpoint
@@ -143,11 +144,15 @@ class GRPOAgent:
                 self._deployed = []
                 for params in kept:
                     module = copy.deepcopy(self.policy)
-                    with torch.no_grad():
-                        for p, v in zip(module.parameters(), params):
-                            p.copy_(v)
+                    load_params(module, params)
                     self._deployed.append(module)
         return self._deployed
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        """The rule and what it kept, JSON-safe (``best-feasible``: the selected iteration, its
+        batch mean costs, their one-sided bounds, its group count and the level)."""
+        return self.trainer.final.state()
 
     def begin_episodes(self, reset_seeds: np.ndarray) -> None:
         """The harness starts episodes with these reset seeds, one per row of the next
@@ -157,17 +162,14 @@ class GRPOAgent:
 
     def _forward(self, fn: Callable[..., torch.Tensor], obs_t: torch.Tensor, *rows_of: np.ndarray) -> torch.Tensor:
         """``fn(policy, obs, *rows_of)`` with each row's deployed policy: one call per snapshot
-        on its rows of ``obs_t`` and of the per-row arrays ``rows_of`` (e.g. the draws)."""
+        on its rows of ``obs_t`` and of the per-row arrays ``rows_of`` (e.g. the draws). A
+        mixture needs each row's episode (``begin_episodes``; else a one-line error)."""
         policies = self.deployed_policies()
         if len(policies) == 1:
             return fn(policies[0], obs_t, *rows_of)
-        choices = self._choices
-        if choices is None or len(choices) != len(obs_t):
-            choices = np.zeros(len(obs_t), dtype=np.int64)  # no begin_episodes for these rows: the first snapshot
         out: torch.Tensor | None = None
-        for j in np.unique(choices):
-            idx = np.flatnonzero(choices == j)
-            part = fn(policies[int(j)], obs_t[torch.as_tensor(idx)], *(a[idx] for a in rows_of))
+        for j, idx in member_rows(len(policies), self._choices, len(obs_t)):
+            part = fn(policies[j], obs_t[torch.as_tensor(idx)], *(a[idx] for a in rows_of))
             if out is None:
                 out = torch.empty((len(obs_t), *part.shape[1:]), dtype=part.dtype)
             out[torch.as_tensor(idx)] = part
@@ -194,7 +196,9 @@ class GRPOAgent:
         return self
 
     def act(self, obs: np.ndarray, deterministic: bool = True) -> Any:
-        """The action for one observation (the mode when ``deterministic``)."""
+        """The action for one observation (the mode when ``deterministic``). A ``tail-mixture``
+        agent plays the member its episode's reset seed chose: call ``begin_episodes([seed])``
+        after ``env.reset(seed=seed)``."""
         with torch.no_grad():
             obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(1, -1))
             if deterministic:
@@ -229,7 +233,8 @@ class GRPOAgent:
             self._eval_env = make_env(self.env_id, **self.config.env_kwargs)
         self._eval_generator = torch.Generator().manual_seed(self.config.eval_seed)
         return rollout_episodes(
-            self._eval_env, lambda o: self.act(o, deterministic), n_episodes, seed=self.config.eval_seed
+            self._eval_env, lambda o: self.act(o, deterministic), n_episodes, seed=self.config.eval_seed,
+            on_reset=lambda s: self.begin_episodes(np.array([s], dtype=np.int64)),
         )
 
     def save(self, path: str | Path) -> Path:

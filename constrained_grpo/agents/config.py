@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, MDP_DEFAULTS, AdvantageSpec
-from constrained_grpo.agents.final_policy import FINAL_POLICIES
+from constrained_grpo.agents.final_policy import LEGACY_DEPLOY_KEYS, check_deploy
 from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
 from constrained_grpo.multipliers import MultiplierConfig
@@ -128,13 +128,17 @@ class GRPOConfig:
     """Minibatches per pass; samples (whole episodes/completions) are split among them."""
     max_grad_norm: float = 0.5
     """Gradient-norm clip of the policy update (PPO)."""
-    final_policy: str = "last"
+    deploy: str = "last"
     """The policy deployed after training (:mod:`constrained_grpo.agents.final_policy`):
     ``last`` (the last iterate), ``best-feasible`` (the best batch return among iterations whose
-    batch costs met every limit) or ``tail-mixture`` (``final_snapshots`` policies of the last
-    20% of training, one per episode: the average iterate made deployable). Control tasks only."""
-    final_snapshots: int = 10
+    batch costs are within every limit by a one-sided 95% bound over the batch's starts) or
+    ``tail-mixture`` (``deploy_snapshots`` policies of the last 20% of training, one per
+    episode: the average iterate made deployable). Control tasks only; training is the same
+    whatever the rule."""
+    deploy_snapshots: int = 10
     """Snapshots of the ``tail-mixture``."""
+    deploy_alpha: float = 0.05
+    """One-sided level of ``best-feasible``'s bound on a candidate's batch costs."""
     policy_optimism: float = 0.0
     """beta of the optimistic policy step: after the iteration's update ``Delta_t`` of the
     parameters, ``theta <- theta + beta (Delta_t - Delta_{t-1})``; ``beta = 1`` is
@@ -211,10 +215,7 @@ class GRPOConfig:
             raise ValueError(
                 f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or null: kl_coef for every sample)"
             )
-        if self.final_policy not in FINAL_POLICIES:
-            raise ValueError(f"final_policy={self.final_policy!r}; choose one of {list(FINAL_POLICIES)}")
-        if not (isinstance(self.final_snapshots, int) and self.final_snapshots >= 1):
-            raise ValueError(f"final_snapshots={self.final_snapshots!r} must be an integer >= 1")
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
         if self.ref_update_every < 0 or self.num_threads < 0:
             raise ValueError("ref_update_every and num_threads must be >= 0")
         if any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
@@ -270,6 +271,8 @@ class GRPOConfig:
     def updated(self, overrides: Mapping[str, Any]) -> "GRPOConfig":
         """A copy with ``overrides`` applied; ``multiplier`` given as a dict is merged into
         the current multiplier config. Unknown options are an error naming the valid ones."""
+        # Runs recorded before the option was named ``deploy`` say ``final_policy``.
+        overrides = {LEGACY_DEPLOY_KEYS.get(k, k): v for k, v in overrides.items()}
         return with_options(self, overrides, "GRPO", hint=" (multiplier options go in multiplier={...})")
 
     @classmethod

@@ -235,10 +235,10 @@ class TextGRPOAgent:
         else:
             self.config, self.lm = text_config(preset, lm, **options)
         cfg = self.config
-        if cfg.final_policy != "last":
+        if cfg.deploy != "last":
             raise ValueError(
-                f"final_policy={cfg.final_policy!r}: the text agent deploys its last iterate only; "
-                "use final_policy='last' (the remedies keep snapshots of control policies)"
+                f"deploy={cfg.deploy!r}: the text agent deploys its last iterate only; "
+                "use deploy='last' (the remedies keep snapshots of control policies)"
             )
         if cfg.num_threads > 0:
             # The small model is fastest single-threaded at these sizes, and the machine is shared.

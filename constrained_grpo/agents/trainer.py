@@ -163,7 +163,8 @@ class GRPOTrainer:
         )
         self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 or config.kl_coef_neg else None
         self.optimism = OptimisticStep(config.policy_optimism)
-        self.final = FinalPolicyKeeper(config.final_policy, np.asarray(adapter.limits, dtype=np.float64), config.final_snapshots)
+        self.final = FinalPolicyKeeper(config.deploy, np.asarray(adapter.limits, dtype=np.float64), config.deploy_snapshots,
+                                       config.deploy_alpha)
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0  # training time accumulated over every learn() call
@@ -225,7 +226,9 @@ class GRPOTrainer:
 
         steps_before = self.env_steps
         self.env_steps += int(batch.env_steps)
-        self.final.observe(collected, steps_before, self.env_steps, float(x[..., 0].mean()), mean_costs, self.iteration)
+        # The starts are the independent samples: each group's mean cost ``(P, K)``.
+        self.final.observe(collected, steps_before, self.env_steps, float(x[..., 0].mean()), x[..., 1:].mean(axis=1),
+                           self.iteration)
         self.wall_s += t_end - t0
         record: dict[str, Any] = {
             "iteration": self.iteration,
@@ -474,7 +477,7 @@ class GRPOTrainer:
             "multiplier": None if self.multiplier is None else self.multiplier.state_dict(),
         }
         if self.final.active:
-            state["final_policy"] = self.final.state()
+            state["deploy"] = self.final.state()
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
@@ -484,4 +487,4 @@ class GRPOTrainer:
         self.wall_s = float(state.get("wall_s", 0.0))
         if self.multiplier is not None and state.get("multiplier") is not None:
             self.multiplier.load_state_dict(state["multiplier"])
-        self.final.load_state(state.get("final_policy"))
+        self.final.load_state(state.get("deploy", state.get("final_policy")))

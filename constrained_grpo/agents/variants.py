@@ -11,7 +11,7 @@ from typing import Any
 
 from constrained_grpo.registry import register_agent
 
-__all__ = ["VARIANTS", "Variant", "register_variants"]
+__all__ = ["ALIASES", "VARIANTS", "Variant", "register_variants"]
 
 ENTRY_POINT = "constrained_grpo.agents.agent:make_grpo_agent"
 
@@ -111,9 +111,12 @@ _TABLE: tuple[Variant, ...] = (
         "ScAdv with regularised dual ascent lambda <- [lambda + eta (e - tau lambda)]+ and the entropy bonus (RPG-PD, arXiv 2306.11700)",
         {"multiplier": {"rule": "regularized"}},
     ),
+    # RPG-PD's regularised dual direction taken optimistically. Not OPG-PD (arXiv 2306.11700),
+    # which is optimistic on the unregularised Lagrangian: that update is cgrpo-ogda's (tau = 0
+    # here would duplicate it); this one keeps tau = 0.01 and so RPG-PD's bias tau lambda*.
     Variant(
-        "cgrpo-opg",
-        "ScAdv with optimistic regularised primal-dual steps (OPG-PD, arXiv 2306.11700)",
+        "cgrpo-oreg",
+        "ScAdv with optimistic steps on RPG-PD's regularised Lagrangian: lambda <- [lambda + eta (2 g_t - g_{t-1})]+, g = e - tau lambda, tau = 0.01 (arXiv 2306.11700's RPG-PD made optimistic)",
         {"multiplier": {"rule": "regularized", "optimistic": True}, "policy_optimism": 1.0},
     ),
     Variant(
@@ -126,19 +129,23 @@ _TABLE: tuple[Variant, ...] = (
         "GRPO with CRPO's switch: the reward's z-score while every cost is within its limit, else the most violated cost's (arXiv 2011.05869)",
         {"multiplier": {"rule": "crpo"}},
     ),
-    # Remedies that leave training as it is (constrained_grpo.agents.final_policy): the same
-    # runs as ``cgrpo`` seed for seed, another policy deployed.
+    # Aliases of ``cgrpo`` with a deployment rule (constrained_grpo.agents.final_policy): the
+    # same trainings seed for seed, another policy deployed. Deployment is an option of every
+    # learner (``deploy``), so these are not listed or ranked as algorithms of their own.
     Variant(
         "cgrpo-best",
-        "cgrpo deploying its best feasible iterate: the top batch return among iterations whose batch costs met every limit",
-        {"final_policy": "best-feasible"},
+        "cgrpo with deploy='best-feasible' (an alias): the top batch return among iterations whose batch costs are within every limit by a one-sided 95% bound over the batch's starts",
+        {"deploy": "best-feasible"},
     ),
     Variant(
         "cgrpo-mix",
-        "cgrpo deploying its average iterate: a mixture of 10 policies of its last 20% of iterations, one per episode",
-        {"final_policy": "tail-mixture"},
+        "cgrpo with deploy='tail-mixture' (an alias): a mixture of 10 policies of its last 20% of iterations, one per episode",
+        {"deploy": "tail-mixture"},
     ),
 )
+
+#: Alias names: the learning algorithm each one trains (its ``deploy`` option aside).
+ALIASES: dict[str, str] = {"cgrpo-best": "cgrpo", "cgrpo-mix": "cgrpo"}
 
 #: Variants by registry name.
 VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}
@@ -156,5 +163,6 @@ def register_variants() -> None:
             lambda_in_reward_units=v.lambda_in_reward_units,
             # make_grpo_agent builds the language-model agent on a text task, which deploys its
             # last iterate only (the remedies keep snapshots of control policies).
-            acts_on_text=v.options.get("final_policy", "last") == "last",
+            acts_on_text=v.options.get("deploy", "last") == "last",
+            alias_of=ALIASES.get(v.name),
         )

@@ -763,6 +763,26 @@ def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def run_deployment(config: Mapping[str, Any]) -> tuple[str, str]:
+    """``(learner, deploy)`` of a run from its ``config.json``: the learning algorithm it
+    trained (an alias such as ``cgrpo-best`` names ``algo.alias_of``) and the deployment rule
+    (``algo.resolved.config.deploy``; ``final_policy`` in runs recorded before the option had
+    that name; ``last`` where the learner has none). Runs recorded before aliases were recorded
+    name the alias's learner through the rule their ``algo.defaults`` set."""
+    algo = config.get("algo") if isinstance(config.get("algo"), Mapping) else {}
+    name = str(algo.get("name", ""))
+    resolved = algo.get("resolved") if isinstance(algo.get("resolved"), Mapping) else {}
+    cfg = resolved.get("config") if isinstance(resolved.get("config"), Mapping) else {}
+    deploy = str(cfg.get("deploy", cfg.get("final_policy", "last")))
+    learner = algo.get("alias_of")
+    if not learner:
+        defaults = algo.get("defaults") if isinstance(algo.get("defaults"), Mapping) else {}
+        sets_rule = any(k in defaults for k in ("deploy", "final_policy"))
+        # The aliases' naming: <learner>-best / <learner>-mix set a rule on <learner>.
+        learner = name.rsplit("-", 1)[0] if sets_rule and "-" in name else name
+    return str(learner), deploy
+
+
 def run_configs(root: str | Path) -> dict[tuple[str, str, int], dict[str, Any]]:
     """``config.json`` of every complete run under ``root`` (run folders or a compact
     record), keyed by ``(task, algo, seed)``."""

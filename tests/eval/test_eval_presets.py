@@ -51,7 +51,7 @@ GRPO = ("cgrpo", "grpo-screw", "grpo")
 
 
 #: The standard preset's algorithms on the math tasks: its GRPO agents that act on text.
-STANDARD_TEXT = ("cgrpo", "grpo-screw", "grpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-opg", "cgrpo-al", "cgrpo-crpo",
+STANDARD_TEXT = ("cgrpo", "grpo-screw", "grpo", "cgrpo-pid", "cgrpo-ogda", "cgrpo-reg", "cgrpo-oreg", "cgrpo-al", "cgrpo-crpo",
                  "cgrpo-corr", "cgrpo-is", "cgrpo-mdp")
 
 
