@@ -33,6 +33,7 @@ from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, agent_spe
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
 from constrained_grpo.eval import storage
+from constrained_grpo.eval import eval_progress
 from constrained_grpo.eval.evaluation import EVAL_SEED, EvalProtocol, evaluate_agent
 from constrained_grpo.eval.scoring.verdict import check_eval_size
 from constrained_grpo.eval.storage import (
@@ -425,7 +426,8 @@ def execute_run(
     The directory is cleared of a previous incomplete attempt, ``config.json`` is
     written first and ``done.json`` last. ``on_progress(env_steps)`` is called after
     every log record (for progress bars), ``on_stage(line)`` as the final evaluation
-    starts and ends (for a console: evaluating can take longer than training). A failure is caught, its traceback written to
+    starts, while it plays (:mod:`~constrained_grpo.eval.eval_progress`) and as it ends (for a console:
+    evaluating can take longer than training). A failure is caught, its traceback written to
     ``error.txt`` and returned in the outcome. ``recorded_out`` is the results root named
     in the rerun command (default ``out``; a Ray task writes to a scratch ``out``).
     """
@@ -516,8 +518,9 @@ def _execute(
                 else "the episodes its limits call for (the task's plan)")
         on_stage(f"evaluating the final policy, sampled and greedy, on {size} each ...")
     evaluated = time.perf_counter()
-    results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
-                                       constraints=meta.constraints)
+    with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
+        results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
+                                           constraints=meta.constraints)
     if on_stage is not None:
         on_stage(f"evaluated {protocol.episodes:,} episodes per policy in {time.perf_counter() - evaluated:.1f} s")
     n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
