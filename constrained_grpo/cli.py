@@ -187,6 +187,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-save", action="store_true", help="do not save the agents")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--force", action="store_true", help="redo completed runs recorded with other settings")
+    b.add_argument("--yes", action="store_true",
+                   help=f"start a sweep far larger than its preset (over {LARGE_SWEEP_RUNS} runs and more than the preset's own)")
     b.add_argument("--skip-recorded", type=Path, action="append", default=[], metavar="DIR",
                    help="skip the runs a compact record holds with this very configuration (a sweep in parts)")
     _monitor_options(b)
@@ -301,7 +303,8 @@ def _check_args(args: argparse.Namespace) -> None:
         for option, files in (("--check", [args.check] if args.check is not None else []), ("--add", args.add)):
             for file in files:
                 if file.is_dir():
-                    raise CliError(f"{option} {file} is a folder; give the submission's CSV file")
+                    raise CliError(f"{option} {file} is a folder; give the submission's CSV file (a results folder's is "
+                                   f"written by `cgrpo leaderboard {file} --table`: {file / 'results.csv'})")
                 if not file.is_file():
                     raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
         if args.out is not None and args.check is None:
@@ -329,11 +332,23 @@ def _trusted_modules(args: argparse.Namespace) -> set[str]:
     return {*args.imports, *(m for m in os.environ.get(IMPORT_ENV, "").split(",") if m)}
 
 
+def _current_folder_on_path() -> None:
+    """Let ``--import mymodule`` (and ``mymodule:Task-v0``, ``mymodule:Factory``) find
+    ``./mymodule.py`` as ``python -m`` does: the current folder on ``sys.path``, last, so that
+    it shadows no installed package, and on ``PYTHONPATH`` for the runs' worker processes."""
+    here = os.getcwd()
+    if "" in sys.path or here in sys.path:
+        return
+    sys.path.append(here)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), here) if p)
+
+
 def _user_code(args: argparse.Namespace) -> None:
     """Import ``--import`` modules and the modules of ``MODULE:Task-v0`` task ids (which become
     plain ids), and start the requested metric sinks' packages, before any work."""
     from constrained_grpo.tasks import import_user_modules, split_task_id
 
+    _current_folder_on_path()
     modules = list(args.imports)
 
     def plain(task: str | None) -> str | None:
@@ -647,6 +662,30 @@ def _split_bench_config(config: dict[str, Any], algos: Sequence[str]) -> dict[st
     return per
 
 
+#: A sweep of more runs than this, and than its preset's own, asks for ``--yes`` before it starts.
+LARGE_SWEEP_RUNS = 200
+
+
+def _large_sweep(args: argparse.Namespace, runs: int, usual: int, steps: int) -> str | None:
+    """The one-line refusal of a sweep far larger than usual (``runs`` > :data:`LARGE_SWEEP_RUNS`
+    and > ``usual``, the preset's own count) without ``--yes``, naming the seed syntax; else None.
+
+    >>> import argparse
+    >>> _large_sweep(argparse.Namespace(yes=False, seeds=400, preset="quick"), 1200, 9, 24_000_000)
+    'this sweep plans 1,200 runs (24,000,000 env steps), far more than the quick preset\'s 9: pass --yes to start it. --seeds 400 means 400 seeds (0-399); for seed 400 alone write --seeds 400-400'
+    """
+    if args.yes or runs <= max(LARGE_SWEEP_RUNS, usual):
+        return None
+    line = (f"this sweep plans {runs:,} runs ({steps:,} env steps), far more than the {args.preset} preset's {usual:,}: "
+            "pass --yes to start it.")
+    if isinstance(args.seeds, int):
+        line += (f" --seeds {args.seeds} means {args.seeds} seeds (0-{args.seeds - 1}); for seed {args.seeds} alone "
+                 f"write --seeds {args.seeds}-{args.seeds}")
+    else:
+        line += " --seeds N means N seeds (0..N-1), A-B the seeds A to B, A,B,C a list"
+    return line
+
+
 def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from dataclasses import replace
 
@@ -676,6 +715,10 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
         specs, recorded = without_recorded(specs, args.skip_recorded)
         print(f"[bench] {len(recorded)} run(s) held with this configuration by {', '.join(map(str, args.skip_recorded))}; "
               "skipping them", file=sys.stderr)
+    usual = len(resolve(args.preset).runs(save_agent=False))
+    refusal = _large_sweep(args, len(specs), usual, sum(int(s.steps) for s in specs))
+    if refusal is not None:
+        raise CliError(refusal)
     out = args.out if args.out is not None else Path("runs") / preset.name
     print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
           + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)
