@@ -8,8 +8,8 @@
     cgrpo train TASK ALGO [--seed N --steps N --out DIR --config.FIELD VALUE ...]
     cgrpo bench [--preset quick|standard|paper --tasks ... --algos ... --seeds N --steps N
                  --backend local|ray --workers N --out DIR --ray-address ADDR]
-    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR]
-    cgrpo plot DIR [--out DIR]
+    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR] [--algos A ... --tasks T ... --highlight A]
+    cgrpo plot DIR [--out DIR] [--add FILE ...] [--algos A ... --tasks T ... --highlight A]
     cgrpo eval RUN_DIR [--episodes N]   re-evaluate a saved agent with the harness protocol
     cgrpo render RUN_DIR --out FILE.gif [--sampled --seed N]   replay one episode as a GIF
 
@@ -206,11 +206,16 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     lb.add_argument("--explain", action="store_true",
                     help="end with one plain sentence per algorithm and task (limits kept, return against R*)")
+    _focus_options(lb, "print only")
+
 
     pl = sub.add_parser("plot", parents=[common], help="draw learning curves, multipliers, return vs violation")
     pl.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
     pl.add_argument("--out", type=Path, default=None, help="output folder (default DIR/plots)")
     pl.add_argument("--allow-incomplete", action="store_true")
+    pl.add_argument("--add", type=Path, nargs="+", default=[], metavar="FILE",
+                    help="submission CSVs to draw beside the results (checked as leaderboard --add checks them)")
+    _focus_options(pl, "draw only")
 
     ev = sub.add_parser("eval", parents=[common], help="re-evaluate a saved agent with the harness protocol")
     ev.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
@@ -223,6 +228,14 @@ def _parser() -> argparse.ArgumentParser:
     rd.add_argument("--seed", type=int, default=None, help="reset seed (default: the first evaluation seed)")
     rd.add_argument("--max-steps", type=_whole, default=500)
     return p
+
+
+def _focus_options(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument("--algos", nargs="+", default=None, metavar="ALGO",
+                   help=f"{verb} these algorithms (ranks stay the whole board's)")
+    p.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help=f"{verb} these tasks")
+    p.add_argument("--highlight", default=None, metavar="ALGO",
+                   help="single this algorithm out: on top in a reserved colour, the others muted (marked in tables)")
 
 
 def _monitor_options(p: argparse.ArgumentParser) -> None:
@@ -297,20 +310,19 @@ def _check_args(args: argparse.Namespace) -> None:
                                "by `python -m constrained_grpo.eval.scoring.record pack`")
         if args.out is not None:
             _writable_dir(args.out, "--out")
-    if args.command == "leaderboard":
-        if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
-            raise CliError(f"--tol must be a finite number >= 0 (a tolerance on (J - d)/d), got {args.tol}")
-        for option, files in (("--check", [args.check] if args.check is not None else []), ("--add", args.add)):
+    if args.command == "leaderboard" and args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
+        raise CliError(f"--tol must be a finite number >= 0 (a tolerance on (J - d)/d), got {args.tol}")
+    if args.command in ("leaderboard", "plot"):
+        for option, files in (("--check", [args.check] if getattr(args, "check", None) is not None else []),
+                              ("--add", args.add)):
             for file in files:
                 if file.is_dir():
                     raise CliError(f"{option} {file} is a folder; give the submission's CSV file (a results folder's is "
                                    f"written by `cgrpo leaderboard {file} --table`: {file / 'results.csv'})")
                 if not file.is_file():
                     raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
-        if args.out is not None and args.check is None:
+        if args.out is not None and getattr(args, "check", None) is None:
             _writable_dir(args.out, "--out")
-    if args.command == "plot" and args.out is not None:
-        _writable_dir(args.out, "--out")
     if args.command in ("eval", "render"):
         at_least("--episodes", getattr(args, "episodes", None), 1)
         at_least("--max-steps", getattr(args, "max_steps", None), 1)
@@ -752,11 +764,45 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     return {} if path.is_file() else algo_properties(path)
 
 
-def _cmd_leaderboard(args: argparse.Namespace) -> int:
+def _with_submissions(files: Sequence[Path], table: Any, tasks: dict[str, Any], evals: Any,
+                      props: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, Any], Any, set[str]]:
+    """``table`` (and its ``evals``, a compact record's) with the submissions ``files`` joined,
+    each checked by the rules of ``leaderboard --check``; and the submitted algorithms."""
     import pandas as pd
 
+    from constrained_grpo.eval.scoring.leaderboard import check_submission
+    from constrained_grpo.eval.scoring.loader import validate_table
+
+    added: set[str] = set()
+    for extra in files:
+        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
+        if evals is None:
+            table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
+        else:  # a compact record: its runs were validated when packed, the submission just now
+            from constrained_grpo.eval.scoring.loader import join_summarised
+
+            table, tasks, evals = join_summarised(table, tasks, evals, sub, sub_tasks)
+        added |= set(sub["algo"])
+    return table, tasks, evals, added
+
+
+def _focus_names(args: argparse.Namespace, algos: set[str], tasks: set[str]) -> None:
+    """``--algos``, ``--tasks`` and ``--highlight`` name what the board holds (one line otherwise)."""
+    from constrained_grpo.eval.scoring.focus import check_names
+
+    try:
+        check_names("--algos", args.algos, algos)
+        check_names("--highlight", [args.highlight] if args.highlight is not None else None, algos)
+        check_names("--tasks", args.tasks, tasks)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
-    from constrained_grpo.eval.scoring.loader import ResultsError, validate_table
+    from constrained_grpo.eval.scoring.loader import ResultsError
 
     if args.check is not None:
         tasks, existing, existing_evals = None, None, None
@@ -782,21 +828,14 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
 
     table, tasks, evals = _load(args.dir, args.allow_incomplete)
-    added: set[str] = set()
     props = _algo_properties(args.dir)
-    for extra in args.add:
-        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
-        if evals is None:
-            table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
-        else:  # a compact record: its runs were validated when packed, the submission just now
-            from constrained_grpo.eval.scoring.loader import join_summarised
-
-            table, tasks, evals = join_summarised(table, tasks, evals, sub, sub_tasks)
-        added |= set(sub["algo"])
+    table, tasks, evals, added = _with_submissions(args.add, table, tasks, evals, props)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
                            references=[a for a, p in props.items() if p.get("reference")])
+    _focus_names(args, set(lb.runs["algo"].astype(str)), set(lb.runs["task"].astype(str)))
+    lb = replace(lb, highlight=args.highlight)  # the page draws it apart; the files hold the whole board
     refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
@@ -810,13 +849,13 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         from constrained_grpo.eval.scoring.leaderboard import render_html
 
         storage.atomic_write_text(out / "leaderboard.html", render_html(lb, figures))
+    from constrained_grpo.eval.scoring.focus import explain_focused, focus
+
     if not args.quiet:
-        print(render_markdown(lb))
+        print(render_markdown(focus(lb, args.algos, args.tasks, args.highlight)))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.explain:
-        from constrained_grpo.eval.scoring.explain import explain
-
-        print("\nIn words:\n" + explain(lb, tasks))
+        print("\nIn words:\n" + explain_focused(lb, tasks, args.algos, args.tasks, args.highlight))
     return 0
 
 
@@ -826,9 +865,18 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL
 
     table, tasks, evals = _load(args.dir, args.allow_incomplete)
+    props = _algo_properties(args.dir)
+    table, tasks, evals, _ = _with_submissions(args.add, table, tasks, evals, props)  # no packing: joined here
+    _focus_names(args, set(table["algo"].astype(str)), set(table["task"].astype(str)))
+    keep = set(args.algos or table["algo"]) | ({args.highlight} if args.highlight is not None else set())
+    shown = table["algo"].isin(keep) & table["task"].isin(set(args.tasks or table["task"]))
+    table = table[shown]
+    if evals is not None:
+        evals = evals[evals["algo"].isin(keep) & evals["task"].isin(set(table["task"]))]
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
-    units = {a: bool(p["lambda_in_reward_units"]) for a, p in _algo_properties(args.dir).items()}
-    for path in make_plots(table, tasks, out, tol=DEFAULT_TOL, lambda_in_reward_units=units, evals=evals):
+    units = {a: bool(p["lambda_in_reward_units"]) for a, p in props.items()}
+    for path in make_plots(table, {t: m for t, m in tasks.items() if t in set(table["task"])}, out, tol=DEFAULT_TOL,
+                           lambda_in_reward_units=units, evals=evals, highlight=args.highlight):
         print(path)
     return 0
 

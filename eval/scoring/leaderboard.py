@@ -105,6 +105,7 @@ class Leaderboard:
         references: per task with reference policies, their numbers (as ``per_task``, unranked).
         tasks: the metadata of every task shown.
         tol: the feasibility tolerance the verdicts used.
+        highlight: the algorithm a reader singled out (``--highlight``), drawn apart; None for none.
     """
 
     runs: pd.DataFrame
@@ -116,6 +117,7 @@ class Leaderboard:
     references: dict[str, pd.DataFrame] = field(default_factory=dict)
     tasks: dict[str, TaskMeta] = field(default_factory=dict)
     tol: float = TOL
+    highlight: str | None = None
 
     @property
     def pairs(self) -> pd.DataFrame:
