@@ -273,19 +273,34 @@ def run_lock(path: Path) -> Iterator[None]:
 
     The kernel drops the lock when its process dies, so a lock never outlives a killed
     sweep; a live orphan (its driver was killed alone) keeps a restarted sweep out of
-    the directory instead of both writing into it.
+    the directory instead of both writing into it. The lock file is removed as the lock is
+    released (a finished run keeps no ``.lock``): a process that locked the file just as it
+    was removed sees that the path no longer names its file, and locks the new one instead.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    lock = path / LOCK_FILE
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise RunBusyError(
                 f"{path} is being written by another live process (another sweep, or the orphaned "
                 "worker of a killed one); wait for it to finish, then rerun to resume"
             ) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed it as we locked it: lock the path's file anew
+    try:
         yield
     finally:
-        os.close(fd)
+        try:
+            lock.unlink(missing_ok=True)  # while still held: nobody can lock this file in between
+        finally:
+            os.close(fd)
