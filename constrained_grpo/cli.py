@@ -240,8 +240,8 @@ def _focus_options(p: argparse.ArgumentParser, verb: str) -> None:
 
 def _monitor_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
-                   help="write TensorBoard scalars (return, costs, limits, lambdas, losses, KL, steps/s) "
-                   "under DIR (extra [tb])")
+                   help="write TensorBoard scalars (return, costs, limits, lambdas, losses, KL, steps/s; at the "
+                   "end the evaluation's eval/return, eval/cost/NAME, eval/feasible, ...) under DIR (extra [tb])")
     p.add_argument("--wandb", default=None, metavar="PROJECT", help="log the same scalars to this W&B project (needs wandb)")
 
 

@@ -410,6 +410,19 @@ def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalPro
     return len(rows)
 
 
+def _evaluation_tags(path: Path) -> dict[str, float]:
+    """The finished run's evaluation scalars (``monitor.evaluation_tags``), {} if unreadable."""
+    from constrained_grpo.eval.monitor import evaluation_tags
+    from constrained_grpo.eval.scoring.loader import load_run
+    from constrained_grpo.eval.scoring.metrics import run_metrics
+
+    try:
+        table, meta = load_run(path, known_algos=None)
+        return evaluation_tags(run_metrics(table, {meta.task: meta}).iloc[0], meta.constraint_names)
+    except Exception:  # the scalars are a view of files on disk already: never fail the run for them
+        return {}
+
+
 def execute_run(
     spec: RunSpec,
     out: str | Path,
@@ -507,7 +520,7 @@ def _execute(
     finally:
         # Also when learn raises: progress.csv then holds every iteration logged before the error.
         if log.rows:
-            log.close()
+            log.close(sinks=False)  # open for the evaluation's scalars (monitor.evaluation_tags)
     if not log.rows:
         raise RuntimeError(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
@@ -540,3 +553,6 @@ def _execute(
     (path / RUNNING_FILE).unlink(missing_ok=True)
     (path / ERROR_FILE).unlink(missing_ok=True)
     storage.atomic_write_json(path / DONE_FILE, done)
+    if log.has_sinks:
+        log.summary(_evaluation_tags(path))
+    log.close_sinks()

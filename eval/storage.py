@@ -218,9 +218,32 @@ class ProgressLog:
         atomic_write_bytes(self.path, csv_bytes(self.rows, self.columns), fsync=fsync)
         self._last_flush = time.monotonic()
 
-    def close(self) -> None:
-        """Final rewrite of ``progress.csv``; closes the metric sinks."""
+    def close(self, *, sinks: bool = True) -> None:
+        """Final rewrite of ``progress.csv``; closes the metric sinks (``sinks=False``: flushes
+        them, left open for the run's :meth:`summary`)."""
         self.flush(fsync=True)
+        if sinks:
+            self.close_sinks()
+            return
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):
+                getattr(sink, "flush", lambda: None)()
+
+    def summary(self, tags: Mapping[str, float]) -> None:
+        """Scalars of the finished run (its evaluation's, ``monitor.evaluation_tags``) to the
+        metric sinks that take them, at the last record's env steps."""
+        step = int(self.rows[-1]["env_steps"]) if self.rows else 0
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):  # a broken monitor must never fail the run
+                getattr(sink, "summary", lambda *a: None)(self.path.parent, tags, step)
+
+    @property
+    def has_sinks(self) -> bool:
+        """Whether any metric sink listens (TensorBoard, W&B)."""
+        return bool(self._sinks)
+
+    def close_sinks(self) -> None:
+        """Close the metric sinks (idempotent)."""
         for sink in self._sinks:
             with contextlib.suppress(Exception):
                 sink.close()
