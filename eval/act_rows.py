@@ -132,15 +132,29 @@ class RowGenerators:
         return np.stack(actions)
 
 
-def _episode_seconds(env: Any, act: Callable[..., Any], seed: int) -> tuple[float, int]:
-    """Wall seconds and steps of one sampled episode on ``env`` (the probe of the estimate)."""
-    obs, _ = env.reset(seed=seed)
-    start, steps, done = time.perf_counter(), 0, False
-    while not done:
-        obs, _, terminated, truncated, _ = env.step(act(obs, deterministic=False))
-        steps += 1
-        done = terminated or truncated
-    return time.perf_counter() - start, steps
+def _episode_seconds(env: Any, act: Callable[..., Any], first_seed: int,
+                     seed_evaluation: Callable[[int], None] | None, budget_s: float = 0.5,
+                     most: int = 20) -> tuple[float, int]:
+    """Mean wall seconds of one sampled episode as the serial path plays it (reset, generators
+    seeded, then ``act`` per step), over the first episodes of the evaluation until ``budget_s``
+    has passed or ``most`` were played; and how many were (the probe of the estimate). The
+    caller keeps the global generators."""
+    import torch
+
+    start, played = time.perf_counter(), 0
+    while played < most and (played == 0 or time.perf_counter() - start < budget_s):
+        seed = first_seed + played
+        obs, _ = env.reset(seed=seed)
+        torch.default_generator.manual_seed(episode_seed(seed))
+        np.random.seed(episode_seed(seed) % 2**32)
+        if seed_evaluation is not None:
+            seed_evaluation(episode_seed(seed))
+        done = False
+        while not done:
+            obs, _, terminated, truncated, _ = env.step(act(obs, deterministic=False))
+            done = terminated or truncated
+        played += 1
+    return (time.perf_counter() - start) / played, played
 
 
 def _duration(seconds: float) -> str:
@@ -152,14 +166,15 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def slow_path_message(name: str, task: str, why: str, episode_s: float, steps: int, episodes: int, planned: bool,
+def slow_path_message(name: str, task: str, why: str, episode_s: float, probed: int, episodes: int, planned: bool,
                       policies: int) -> str:
-    """The warning's text: the estimate (episodes x policies x the probe episode's seconds) and the fix."""
+    """The warning's text: the estimate (episodes x policies x the probe's seconds per episode) and the fix."""
     total = episode_s * episodes * policies
     count = f"up to {episodes:,}" if planned else f"{episodes:,}"
+    each = f"{episode_s * 1000:.1f} ms" if episode_s < 0.1 else f"{episode_s:.2f} s"
     return (f"{name} has act() alone and {why}, so it is evaluated on {task} one episode at a time: {count} episodes "
-            f"x {policies} policies at {episode_s:.2f} s per episode ({steps} steps measured) is about "
-            f"{_duration(total)}. The batched twin plays them all at once once the agent has act_batch; add "
+            f"x {policies} policies at {each} per episode (the first {probed} measured) is about "
+            f"{_duration(total)}. With act_batch the task's batched twin plays them all at once; add "
             f"(5 lines):\n{ACT_BATCH_FIX}")
 
 
@@ -171,9 +186,10 @@ def act_only_rows(agent: Any, env: Any, task: str, *, twin: bool, unbatched_wrap
     time. ``twin``: the task has a batched twin and the caller allows it; ``unbatched_wrap``:
     the agent wraps its observations (``wrap_eval_env``) with no batched form. Where the twin
     exists but cannot be used exactly, one :class:`SlowEvaluationWarning` says so before any
-    episode, with the time estimated from one probe episode: episodes x policies x its
-    seconds, the episodes being ``episodes``, else the plan's size for the indicator limits,
-    else (a pilot sizes it) the plan's cap."""
+    episode of the evaluation, with its time estimated as episodes x policies x the mean
+    seconds of the first episodes played as the serial path plays them (at most 20, or 0.5 s),
+    the episodes being ``episodes``, else the plan's size for the indicator limits, else (a
+    pilot sizes it) the plan's cap."""
     if not twin:
         return None
     if seed_evaluation is None and not unbatched_wrap:
@@ -194,11 +210,9 @@ def act_only_rows(agent: Any, env: Any, task: str, *, twin: bool, unbatched_wrap
     with torch.random.fork_rng(devices=[]):
         state = np.random.get_state()
         try:
-            if seed_evaluation is not None:
-                seed_evaluation(episode_seed(first_seed))
-            seconds, steps = _episode_seconds(env, agent.act, first_seed)
+            seconds, probed = _episode_seconds(env, agent.act, first_seed, seed_evaluation)
         finally:
             np.random.set_state(state)
-    warnings.warn(SlowEvaluationWarning(slow_path_message(type(agent).__name__, task, why, seconds, steps, n, planned,
+    warnings.warn(SlowEvaluationWarning(slow_path_message(type(agent).__name__, task, why, seconds, probed, n, planned,
                                                           policies)), stacklevel=3)
     return None
