@@ -79,11 +79,11 @@ def algo_marker(name: str) -> str:
 HIGHLIGHT = "#d6008f"
 
 
-def muted(color: str, keep: float = 0.35) -> str:
+def muted(color: str, keep: float = 0.5) -> str:
     """``color`` blended with white: ``keep`` of it, the rest white (the others beside a highlight).
 
     >>> muted("#1f77b4")
-    '#b1cfe5'
+    '#8fbbda'
     """
     rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(keep * c + (1 - keep) * 255):02x}" for c in rgb)

@@ -294,14 +294,15 @@ def _component_colors(columns: list[str]) -> dict[str, Any]:
 
 
 def _band(ax: plt.Axes, train: pd.DataFrame, column: str, label: str, color: Any, floor: float | None = None,
-          indicator: bool = False, lw: float = 1.5) -> bool:
-    """Draw :func:`band`'s mean and band; False if no seed has ``column``."""
+          indicator: bool = False, lw: float = 1.5, top: bool = False) -> bool:
+    """Draw :func:`band`'s mean and band; False if no seed has ``column``. ``top`` (a
+    highlighted algorithm): its line above every other, its band below them all."""
     c = band(train, column, indicator=indicator, floor=floor)
     if c is None:
         return False
     x, mean, lo, hi = c
-    ax.plot(x, mean, color=color, label=label, lw=lw)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+    ax.plot(x, mean, color=color, label=label, lw=lw, zorder=3 if top else 2)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0, zorder=0.5 if top else 1)
     return True
 
 
@@ -422,7 +423,7 @@ def _curves_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors:
     fig, axes = _figure(1 + len(meta.constraints))
     ax = axes[0, 0]
     for a in algos:
-        _band(ax, rows[rows["algo"] == a], "return", a, colors[a], lw=_width(a, highlight))
+        _band(ax, rows[rows["algo"] == a], "return", a, colors[a], lw=_width(a, highlight), top=a == highlight)
     if meta.optimum_return is not None:
         ax.axhline(meta.optimum_return, color="k", ls="--", lw=1, label="optimum R*")
     ax.set(title="return")
@@ -431,7 +432,7 @@ def _curves_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors:
         ax = axes[0, j]
         for a in algos:
             _band(ax, rows[rows["algo"] == a], f"cost_{c.name}", a, colors[a], floor=0.0, indicator=c.indicator,
-                  lw=_width(a, highlight))
+                  lw=_width(a, highlight), top=a == highlight)
         # Generic labels, so that the figure's one legend lists each kind of line once; the values are in the title.
         ax.axhline(c.limit, color="r", ls="--", lw=1, label="limit d")
         ax.axhline(c.limit * (1 + tol), color="r", ls=":", lw=1, label=f"tolerance d(1+{tol:g})")
@@ -458,7 +459,8 @@ def _multipliers_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], co
     for j, n in enumerate(names):
         ax = axes[0, j]
         for a in algos:
-            _band(ax, rows[rows["algo"] == a], f"lambda_{n}", a, colors[a], floor=0.0, lw=_width(a, highlight))
+            _band(ax, rows[rows["algo"] == a], f"lambda_{n}", a, colors[a], floor=0.0, lw=_width(a, highlight),
+                  top=a == highlight)
         comparable = [a for a in algos if in_units.get(a) and rows.loc[rows["algo"] == a, f"lambda_{n}"].notna().any()]
         if meta.optimal_multipliers is not None and comparable:
             # lambda* weighs costs in reward units: only these algorithms' lambda can be read against it.
