@@ -8,7 +8,7 @@ those two generators' states per row of a wave: before row i's ``act`` it instal
 states, after it saves them back, so row i's episode sees exactly the draws it would see
 alone, whatever the other rows did. ``act_batch`` is then a loop of ``act`` over the rows
 (the policy is not batched; the environment is, which is where the serial path spends its
-time: highway-env steps about 84 episodes' steps per CPU second).
+time: highway-env plays about 84 steps per CPU second).
 
 Exactness needs every draw to come from those two generators. An agent with
 ``seed_evaluation(seed)`` draws from a generator of its own, whose state cannot be saved
@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
