@@ -358,9 +358,12 @@ def _current_folder_on_path() -> None:
 def _user_code(args: argparse.Namespace) -> None:
     """Import ``--import`` modules and the modules of ``MODULE:Task-v0`` task ids (which become
     plain ids), and start the requested metric sinks' packages, before any work."""
-    from constrained_grpo.tasks import import_user_modules, split_task_id
+    from constrained_grpo.tasks import IMPORT_ENV, import_user_modules, split_task_id
 
-    _current_folder_on_path()
+    named = [getattr(args, "task", None), getattr(args, "algo", None), getattr(args, "env_id", None),
+             *(getattr(args, "algos", None) or []), *(getattr(args, "tasks", None) or [])]
+    if args.imports or os.environ.get(IMPORT_ENV) or any(isinstance(n, str) and ":" in n for n in named):
+        _current_folder_on_path()  # only where user code is named
     modules = list(args.imports)
 
     def plain(task: str | None) -> str | None:
