@@ -12,8 +12,9 @@ A control agent with ``act(obs, deterministic)`` alone (:func:`play_seeded`) is 
 episode after another (on a task with a batched twin, the twin plays those very episodes with
 the generators' states kept per row: :mod:`constrained_grpo.eval.act_rows`), and at the
 start of episode i the harness seeds torch's and numpy's global generators and calls the
-agent's ``seed_evaluation(seed)`` where it has one, with ``seed = episode_seed(first_seed + i)`` (:func:`constrained_grpo.sampling.episode_seed`, a
-hash of the reset seed): its sampled episode i is then a function of the reset seed and the
+agent's ``seed_evaluation(seed)`` where it has one, with ``seed = episode_seed(first_seed +
+i)`` (:func:`constrained_grpo.sampling.episode_seed`, a hash of the reset seed): its sampled
+episode i is then a function of the reset seed and the
 policy too, provided it draws its actions from those generators. Whether it does is checked
 before the evaluation (:func:`sampling_is_seeded`): the first episodes are replayed twice,
 up to :data:`REPLAY_STEPS` sampled actions, and when the replays differ an
