@@ -166,15 +166,19 @@ def _duration(seconds: float) -> str:
     return f"{s // 3600} h {s % 3600 // 60} min"
 
 
-def slow_path_message(name: str, task: str, why: str, episode_s: float, probed: int, episodes: int, planned: bool,
+def slow_path_message(name: str, task: str, why: str, episode_s: float, probed: int, episodes: tuple[int, int],
                       policies: int) -> str:
-    """The warning's text: the estimate (episodes x policies x the probe's seconds per episode) and the fix."""
-    total = episode_s * episodes * policies
-    count = f"up to {episodes:,}" if planned else f"{episodes:,}"
+    """The warning's text: the estimate (episodes x policies x the probe's seconds per episode,
+    ``episodes`` the fewest and most the plan may ask) and the fix."""
+    lo, hi = episodes
+    count = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+    took = _duration(episode_s * lo * policies)
+    if hi != lo:
+        took += f" to {_duration(episode_s * hi * policies)}"
     each = f"{episode_s * 1000:.1f} ms" if episode_s < 0.1 else f"{episode_s:.2f} s"
     return (f"{name} has act() alone and {why}, so it is evaluated on {task} one episode at a time: {count} episodes "
             f"x {policies} policies at {each} per episode (the first {probed} measured) is about "
-            f"{_duration(total)}. With act_batch the task's batched twin plays them all at once; add "
+            f"{took}. With act_batch the task's batched twin plays them all at once; add "
             f"(5 lines):\n{ACT_BATCH_FIX}")
 
 
@@ -188,8 +192,8 @@ def act_only_rows(agent: Any, env: Any, task: str, *, twin: bool, unbatched_wrap
     exists but cannot be used exactly, one :class:`SlowEvaluationWarning` says so before any
     episode of the evaluation, with its time estimated as episodes x policies x the mean
     seconds of the first episodes played as the serial path plays them (at most 20, or 0.5 s),
-    the episodes being ``episodes``, else the plan's size for the indicator limits, else (a
-    pilot sizes it) the plan's cap."""
+    the episodes being ``episodes``, else from the plan's size for the indicator limits (or
+    its pilot) to, where a pilot may raise it, the plan's cap."""
     if not twin:
         return None
     if seed_evaluation is None and not unbatched_wrap:
@@ -198,13 +202,12 @@ def act_only_rows(agent: Any, env: Any, task: str, *, twin: bool, unbatched_wrap
 
     why = ("draws from a generator of its own (seed_evaluation), which cannot be replayed row by row"
            if seed_evaluation is not None else "wraps its observations without wrap_eval_vec_env")
-    planned = episodes is None and not all(c.indicator for c in constraints)
     if episodes is not None:
-        n = int(episodes)
-    elif planned:
-        n = int(plan.cap)
-    else:
-        n = plan_episodes(list(constraints), power=plan.power, cap=plan.cap)
+        n = (int(episodes), int(episodes))
+    else:  # the indicators' plan; a pilot may raise it up to the cap for the other costs
+        indicators = [c for c in constraints if c.indicator]
+        fewest = plan_episodes(indicators, power=plan.power, cap=plan.cap) if indicators else min(plan.pilot, plan.cap)
+        n = (fewest, fewest if len(indicators) == len(constraints) else int(plan.cap))
     import torch
 
     with torch.random.fork_rng(devices=[]):
@@ -213,6 +216,6 @@ def act_only_rows(agent: Any, env: Any, task: str, *, twin: bool, unbatched_wrap
             seconds, probed = _episode_seconds(env, agent.act, first_seed, seed_evaluation)
         finally:
             np.random.set_state(state)
-    warnings.warn(SlowEvaluationWarning(slow_path_message(type(agent).__name__, task, why, seconds, probed, n, planned,
-                                                          policies)), stacklevel=3)
+    warnings.warn(SlowEvaluationWarning(slow_path_message(type(agent).__name__, task, why, seconds, probed, n, policies)),
+                  stacklevel=3)
     return None

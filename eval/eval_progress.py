@@ -6,16 +6,22 @@ both policies together, once the plan is known) and :func:`episodes_done` (after
 episode, or each step of a batched wave with the episodes that ended in it). Inside
 ``with reporting(line):`` they become one ``line(text)`` call at most every ``every_s``
 seconds, e.g. ``evaluation 4,096/13,068 episodes (31%), 2 min 5 s elapsed, ETA 4 min 33 s``
-(ETA = elapsed x (planned - done) / done, the pace so far).
+(ETA = elapsed x (planned - done) / done, the pace so far). The evaluation's own warnings
+(:data:`FORWARDED`: a slow path, an unseeded sampler) go to ``line`` too, as they are raised,
+prefixed ``warning:``, so that a sweep's driver prints them beside the run's name.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 __all__ = ["EVERY_S", "EvalProgress", "episodes_done", "format_eval_progress", "planned", "reporting"]
+
+#: The warnings :func:`reporting` sends to its ``line`` (by class name: no import of the evaluation).
+FORWARDED = ("SlowEvaluationWarning", "UnseededEvaluationWarning")
 
 #: Seconds between two progress lines (a console must hear from a run at least every 30 s).
 EVERY_S = 10.0
@@ -86,11 +92,22 @@ def episodes_done(n: int) -> None:
 
 @contextmanager
 def reporting(line: Callable[[str], None] | None, every_s: float = EVERY_S) -> Iterator[EvalProgress | None]:
-    """Within the block, the evaluation's progress goes to ``line`` (None: nowhere)."""
+    """Within the block, the evaluation's progress and its :data:`FORWARDED` warnings go to
+    ``line`` (None: nowhere, and warnings are shown as usual)."""
     global _CURRENT
-    previous = _CURRENT
+    previous, shown = _CURRENT, warnings.showwarning
     _CURRENT = EvalProgress(line, every_s) if line is not None else None
+
+    def forward(message: Warning | str, category: type[Warning], *args: object, **kwargs: object) -> None:
+        if line is not None and category.__name__ in FORWARDED:
+            line(f"warning: {message}")
+        else:
+            shown(message, category, *args, **kwargs)  # type: ignore[arg-type]
+
+    warnings.showwarning = forward
     try:
         yield _CURRENT
     finally:
         _CURRENT = previous
+        if warnings.showwarning is forward:
+            warnings.showwarning = shown

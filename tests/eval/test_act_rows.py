@@ -160,3 +160,13 @@ def test_a_sweep_prints_each_runs_evaluation_lines(tmp_path):
     mine = [line for line in lines if line.startswith(f"[sweep] {spec.key}: ")]
     assert mine[0].endswith("evaluating the final policy, sampled and greedy, on 40 episodes each ..."), lines
     assert mine[-1].startswith(f"[sweep] {spec.key}: evaluated 40 episodes per policy in "), lines
+
+
+def test_the_evaluations_warnings_reach_the_progress_lines_as_they_are_raised():
+    lines: list[str] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        with eval_progress.reporting(lines.append, every_s=0.0):
+            evaluate_agent(OwnGenerator(), "Grid/HazardFuel3x3-v0", 40)
+    assert lines[0].startswith("warning: OwnGenerator has act() alone"), lines[:2]
+    assert lines[1].startswith("evaluation 1/80 episodes")  # then the episodes, one line each here
