@@ -8,8 +8,8 @@
     cgrpo train TASK ALGO [--seed N --steps N --out DIR --config.FIELD VALUE ...]
     cgrpo bench [--preset quick|standard|paper --tasks ... --algos ... --seeds N --steps N
                  --backend local|ray --workers N --out DIR --ray-address ADDR]
-    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR]
-    cgrpo plot DIR [--out DIR]
+    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR] [--algos A ... --tasks T ... --highlight A]
+    cgrpo plot DIR [--out DIR] [--add FILE ...] [--algos A ... --tasks T ... --highlight A]
     cgrpo eval RUN_DIR [--episodes N]   re-evaluate a saved agent with the harness protocol
     cgrpo render RUN_DIR --out FILE.gif [--sampled --seed N]   replay one episode as a GIF
 
@@ -190,6 +190,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--no-save", action="store_true", help="do not save the agents")
     b.add_argument("--no-progress", action="store_true", help="no progress bars")
     b.add_argument("--force", action="store_true", help="redo completed runs recorded with other settings")
+    b.add_argument("--yes", action="store_true",
+                   help=f"start a sweep far larger than its preset (over {LARGE_SWEEP_RUNS} runs and more than the preset's own)")
     b.add_argument("--skip-recorded", type=Path, action="append", default=[], metavar="DIR",
                    help="skip the runs a compact record holds with this very configuration (a sweep in parts)")
     _monitor_options(b)
@@ -207,11 +209,16 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--quiet", action="store_true", help="do not print the Markdown")
     lb.add_argument("--explain", action="store_true",
                     help="end with one plain sentence per algorithm and task (limits kept, return against R*)")
+    _focus_options(lb, "print only")
+
 
     pl = sub.add_parser("plot", parents=[common], help="draw learning curves, multipliers, return vs violation")
     pl.add_argument("dir", metavar="DIR", type=Path, help="results root, or a long-table CSV")
     pl.add_argument("--out", type=Path, default=None, help="output folder (default DIR/plots)")
     pl.add_argument("--allow-incomplete", action="store_true")
+    pl.add_argument("--add", type=Path, nargs="+", default=[], metavar="FILE",
+                    help="submission CSVs to draw beside the results (checked as leaderboard --add checks them)")
+    _focus_options(pl, "draw only")
 
     ev = sub.add_parser("eval", parents=[common], help="re-evaluate a saved agent with the harness protocol")
     ev.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="OUT/<task>/<algo>/seed_<n> of a completed run")
@@ -226,10 +233,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _focus_options(p: argparse.ArgumentParser, verb: str) -> None:
+    p.add_argument("--algos", nargs="+", default=None, metavar="ALGO",
+                   help=f"{verb} these algorithms (ranks stay the whole board's)")
+    p.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help=f"{verb} these tasks")
+    p.add_argument("--highlight", default=None, metavar="ALGO",
+                   help="single this algorithm out: on top in a reserved colour, the others muted (marked in tables)")
+
+
 def _monitor_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tensorboard", type=Path, default=None, metavar="DIR",
-                   help="write TensorBoard scalars (return, costs, limits, lambdas, losses, KL, steps/s) "
-                   "under DIR (extra [tb])")
+                   help="write TensorBoard scalars (return, costs, limits, lambdas, losses, KL, steps/s; at the "
+                   "end the evaluation's eval/return, eval/cost/NAME, eval/feasible, ...) under DIR (extra [tb])")
     p.add_argument("--wandb", default=None, metavar="PROJECT", help="log the same scalars to this W&B project (needs wandb)")
 
 
@@ -298,19 +313,19 @@ def _check_args(args: argparse.Namespace) -> None:
                                "by `python -m constrained_grpo.eval.scoring.record pack`")
         if args.out is not None:
             _writable_dir(args.out, "--out")
-    if args.command == "leaderboard":
-        if args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
-            raise CliError(f"--tol must be a finite number >= 0 (a tolerance on (J - d)/d), got {args.tol}")
-        for option, files in (("--check", [args.check] if args.check is not None else []), ("--add", args.add)):
+    if args.command == "leaderboard" and args.tol is not None and not (math.isfinite(args.tol) and args.tol >= 0):
+        raise CliError(f"--tol must be a finite number >= 0 (a tolerance on (J - d)/d), got {args.tol}")
+    if args.command in ("leaderboard", "plot"):
+        for option, files in (("--check", [args.check] if getattr(args, "check", None) is not None else []),
+                              ("--add", args.add)):
             for file in files:
                 if file.is_dir():
-                    raise CliError(f"{option} {file} is a folder; give the submission's CSV file")
+                    raise CliError(f"{option} {file} is a folder; give the submission's CSV file (a results folder's is "
+                                   f"written by `cgrpo leaderboard {file} --table`: {file / 'results.csv'})")
                 if not file.is_file():
                     raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
-        if args.out is not None and args.check is None:
+        if args.out is not None and getattr(args, "check", None) is None:
             _writable_dir(args.out, "--out")
-    if args.command == "plot" and args.out is not None:
-        _writable_dir(args.out, "--out")
     if args.command in ("eval", "render"):
         at_least("--episodes", getattr(args, "episodes", None), 1)
         at_least("--max-steps", getattr(args, "max_steps", None), 1)
@@ -332,11 +347,26 @@ def _trusted_modules(args: argparse.Namespace) -> set[str]:
     return {*args.imports, *(m for m in os.environ.get(IMPORT_ENV, "").split(",") if m)}
 
 
+def _current_folder_on_path() -> None:
+    """Let ``--import mymodule`` (and ``mymodule:Task-v0``, ``mymodule:Factory``) find
+    ``./mymodule.py`` as ``python -m`` does: the current folder on ``sys.path``, last, so that
+    it shadows no installed package, and on ``PYTHONPATH`` for the runs' worker processes."""
+    here = os.getcwd()
+    if "" in sys.path or here in sys.path:
+        return
+    sys.path.append(here)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH", ""), here) if p)
+
+
 def _user_code(args: argparse.Namespace) -> None:
     """Import ``--import`` modules and the modules of ``MODULE:Task-v0`` task ids (which become
     plain ids), and start the requested metric sinks' packages, before any work."""
-    from constrained_grpo.tasks import import_user_modules, split_task_id
+    from constrained_grpo.tasks import IMPORT_ENV, import_user_modules, split_task_id
 
+    named = [getattr(args, "task", None), getattr(args, "algo", None), getattr(args, "env_id", None),
+             *(getattr(args, "algos", None) or []), *(getattr(args, "tasks", None) or [])]
+    if args.imports or os.environ.get(IMPORT_ENV) or any(isinstance(n, str) and ":" in n for n in named):
+        _current_folder_on_path()  # only where user code is named
     modules = list(args.imports)
 
     def plain(task: str | None) -> str | None:
@@ -654,6 +684,30 @@ def _split_bench_config(config: dict[str, Any], algos: Sequence[str]) -> dict[st
     return per
 
 
+#: A sweep of more runs than this, and than its preset's own, asks for ``--yes`` before it starts.
+LARGE_SWEEP_RUNS = 200
+
+
+def _large_sweep(args: argparse.Namespace, runs: int, usual: int, steps: int) -> str | None:
+    """The one-line refusal of a sweep far larger than usual (``runs`` > :data:`LARGE_SWEEP_RUNS`
+    and > ``usual``, the preset's own count) without ``--yes``, naming the seed syntax; else None.
+
+    >>> import argparse
+    >>> _large_sweep(argparse.Namespace(yes=False, seeds=400, preset="quick"), 1200, 9, 24_000_000)
+    'this sweep plans 1,200 runs (24,000,000 env steps), far more than the quick preset\'s 9: pass --yes to start it. --seeds 400 means 400 seeds (0-399); for seed 400 alone write --seeds 400-400'
+    """
+    if args.yes or runs <= max(LARGE_SWEEP_RUNS, usual):
+        return None
+    line = (f"this sweep plans {runs:,} runs ({steps:,} env steps), far more than the {args.preset} preset's {usual:,}: "
+            "pass --yes to start it.")
+    if isinstance(args.seeds, int):
+        line += (f" --seeds {args.seeds} means {args.seeds} seeds (0-{args.seeds - 1}); for seed {args.seeds} alone "
+                 f"write --seeds {args.seeds}-{args.seeds}")
+    else:
+        line += " --seeds N means N seeds (0..N-1), A-B the seeds A to B, A,B,C a list"
+    return line
+
+
 def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     from dataclasses import replace
 
@@ -683,6 +737,10 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
         specs, recorded = without_recorded(specs, args.skip_recorded)
         print(f"[bench] {len(recorded)} run(s) held with this configuration by {', '.join(map(str, args.skip_recorded))}; "
               "skipping them", file=sys.stderr)
+    usual = len(resolve(args.preset).runs(save_agent=False))
+    refusal = _large_sweep(args, len(specs), usual, sum(int(s.steps) for s in specs))
+    if refusal is not None:
+        raise CliError(refusal)
     out = args.out if args.out is not None else Path("runs") / preset.name
     print(f"[bench] preset {preset.name}: {len(specs)} runs, backend {args.backend} -> {out}\n"
           + "\n".join(f"  {line}" for line in preset.summary().splitlines()), file=sys.stderr)
@@ -716,11 +774,45 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     return {} if path.is_file() else algo_properties(path)
 
 
-def _cmd_leaderboard(args: argparse.Namespace) -> int:
+def _with_submissions(files: Sequence[Path], table: Any, tasks: dict[str, Any], evals: Any,
+                      props: dict[str, dict[str, Any]]) -> tuple[Any, dict[str, Any], Any, set[str]]:
+    """``table`` (and its ``evals``, a compact record's) with the submissions ``files`` joined,
+    each checked by the rules of ``leaderboard --check``; and the submitted algorithms."""
     import pandas as pd
 
+    from constrained_grpo.eval.scoring.leaderboard import check_submission
+    from constrained_grpo.eval.scoring.loader import validate_table
+
+    added: set[str] = set()
+    for extra in files:
+        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
+        if evals is None:
+            table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
+        else:  # a compact record: its runs were validated when packed, the submission just now
+            from constrained_grpo.eval.scoring.loader import join_summarised
+
+            table, tasks, evals = join_summarised(table, tasks, evals, sub, sub_tasks)
+        added |= set(sub["algo"])
+    return table, tasks, evals, added
+
+
+def _focus_names(args: argparse.Namespace, algos: set[str], tasks: set[str]) -> None:
+    """``--algos``, ``--tasks`` and ``--highlight`` name what the board holds (one line otherwise)."""
+    from constrained_grpo.eval.scoring.focus import check_names
+
+    try:
+        check_names("--algos", args.algos, algos)
+        check_names("--highlight", [args.highlight] if args.highlight is not None else None, algos)
+        check_names("--tasks", args.tasks, tasks)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+
+
+def _cmd_leaderboard(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
-    from constrained_grpo.eval.scoring.loader import ResultsError, validate_table
+    from constrained_grpo.eval.scoring.loader import ResultsError
 
     if args.check is not None:
         tasks, existing, existing_evals = None, None, None
@@ -746,21 +838,14 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         return 0
 
     table, tasks, evals = _load(args.dir, args.allow_incomplete)
-    added: set[str] = set()
     props = _algo_properties(args.dir)
-    for extra in args.add:
-        sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
-        if evals is None:
-            table, tasks = validate_table(pd.concat([table, sub], ignore_index=True), {**tasks, **sub_tasks}, source=str(extra))
-        else:  # a compact record: its runs were validated when packed, the submission just now
-            from constrained_grpo.eval.scoring.loader import join_summarised
-
-            table, tasks, evals = join_summarised(table, tasks, evals, sub, sub_tasks)
-        added |= set(sub["algo"])
+    table, tasks, evals, added = _with_submissions(args.add, table, tasks, evals, props)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
                            references=[a for a, p in props.items() if p.get("reference")])
+    _focus_names(args, set(lb.runs["algo"].astype(str)), set(lb.runs["task"].astype(str)))
+    lb = replace(lb, highlight=args.highlight)  # the page draws it apart; the files hold the whole board
     refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
@@ -774,13 +859,13 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         from constrained_grpo.eval.scoring.leaderboard import render_html
 
         storage.atomic_write_text(out / "leaderboard.html", render_html(lb, figures))
+    from constrained_grpo.eval.scoring.focus import explain_focused, focus
+
     if not args.quiet:
-        print(render_markdown(lb))
+        print(render_markdown(focus(lb, args.algos, args.tasks, args.highlight)))
     print("wrote " + ", ".join(str(p) for p in paths), file=sys.stderr)
     if args.explain:
-        from constrained_grpo.eval.scoring.explain import explain
-
-        print("\nIn words:\n" + explain(lb, tasks))
+        print("\nIn words:\n" + explain_focused(lb, tasks, args.algos, args.tasks, args.highlight))
     return 0
 
 
@@ -790,9 +875,18 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL
 
     table, tasks, evals = _load(args.dir, args.allow_incomplete)
+    props = _algo_properties(args.dir)
+    table, tasks, evals, _ = _with_submissions(args.add, table, tasks, evals, props)  # no packing: joined here
+    _focus_names(args, set(table["algo"].astype(str)), set(table["task"].astype(str)))
+    keep = set(args.algos or table["algo"]) | ({args.highlight} if args.highlight is not None else set())
+    shown = table["algo"].isin(keep) & table["task"].isin(set(args.tasks or table["task"]))
+    table = table[shown]
+    if evals is not None:
+        evals = evals[evals["algo"].isin(keep) & evals["task"].isin(set(table["task"]))]
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir) / "plots"
-    units = {a: bool(p["lambda_in_reward_units"]) for a, p in _algo_properties(args.dir).items()}
-    for path in make_plots(table, tasks, out, tol=DEFAULT_TOL, lambda_in_reward_units=units, evals=evals):
+    units = {a: bool(p["lambda_in_reward_units"]) for a, p in props.items()}
+    for path in make_plots(table, {t: m for t, m in tasks.items() if t in set(table["task"])}, out, tol=DEFAULT_TOL,
+                           lambda_in_reward_units=units, evals=evals, highlight=args.highlight):
         print(path)
     return 0
 

@@ -9,10 +9,12 @@ stepped at once) and the serial one (one env, one episode after another) agree e
 episode, and the runs of a task are paired.
 
 A control agent with ``act(obs, deterministic)`` alone (:func:`play_seeded`) is played one
-episode after another, and at the start of episode i the harness seeds torch's and numpy's
-global generators and calls the agent's ``seed_evaluation(seed)`` where it has one, with
-``seed = episode_seed(first_seed + i)`` (:func:`constrained_grpo.sampling.episode_seed`, a
-hash of the reset seed): its sampled episode i is then a function of the reset seed and the
+episode after another (on a task with a batched twin, the twin plays those very episodes with
+the generators' states kept per row: :mod:`constrained_grpo.eval.act_rows`), and at the
+start of episode i the harness seeds torch's and numpy's global generators and calls the
+agent's ``seed_evaluation(seed)`` where it has one, with ``seed = episode_seed(first_seed +
+i)`` (:func:`constrained_grpo.sampling.episode_seed`, a hash of the reset seed): its sampled
+episode i is then a function of the reset seed and the
 policy too, provided it draws its actions from those generators. Whether it does is checked
 before the evaluation (:func:`sampling_is_seeded`): the first episodes are replayed twice,
 up to :data:`REPLAY_STEPS` sampled actions, and when the replays differ an
@@ -43,6 +45,8 @@ from constrained_grpo.sampling import episode_seed, episode_uniforms, noise_dims
 from constrained_grpo.schema import EVAL_POLICIES
 from constrained_grpo.tasks import make_env, make_vec_env, task_info
 from constrained_grpo.eval.scoring.verdict import ALPHA, TOL, check_eval_size, plan_episodes
+from constrained_grpo.eval import eval_progress
+from constrained_grpo.eval.act_rows import act_only_rows
 
 __all__ = ["EVAL_SEED", "REPLAY_STEPS", "WAVE", "BeginEpisodes", "EvalProtocol", "UnseededEvaluationWarning",
            "evaluate_agent", "play_batched", "play_refilled", "play_seeded", "play_serial", "sampling_is_seeded"]
@@ -134,6 +138,7 @@ def _play(env: Any, seeds: Sequence[int], k: int, start: Callable[[int], None],
             t += 1
             done = terminated or truncated
         lengths[j] = t
+        eval_progress.episodes_done(1)
     return EvalResult(returns=returns, costs=costs, lengths=lengths)
 
 
@@ -262,7 +267,9 @@ def play_batched(
                 ret += np.where(alive, np.asarray(reward, dtype=np.float64), 0.0)
                 cost += np.where(alive[:, None], step_costs, 0.0)
                 length += alive
-                alive &= ~(np.asarray(terminated) | np.asarray(truncated))
+                ended = alive & (np.asarray(terminated) | np.asarray(truncated))
+                alive &= ~ended
+                eval_progress.episodes_done(int(ended.sum()))
                 t += 1
             returns[start:start + b], costs[start:start + b], lengths[start:start + b] = ret, cost, length
     finally:
@@ -402,6 +409,12 @@ def evaluate_agent(
             if not seeded:
                 warnings.warn(UnseededEvaluationWarning(
                     _unseeded_message(agent, first_seed, act_batch is not None, seed_evaluation is not None)), stacklevel=2)
+        # act() alone: on the batched twin with per-row generators (exact), or warned about (eval/act_rows.py).
+        rows = None if text or act_batch is not None else act_only_rows(
+            agent, env, task, twin=info.batched_eval if batched is None else bool(batched),
+            unbatched_wrap=wrap is not None and wrap_vec is None, seed_evaluation=seed_evaluation,
+            episodes=episodes, constraints=cons, first_seed=first_seed, plan=plan, policies=len(EVAL_POLICIES))
+        use_batched = use_batched or rows is not None
 
         def play(policy: str, start: int, count: int) -> EvalResult:
             det = policy == "deterministic"
@@ -412,6 +425,8 @@ def evaluate_agent(
                 if use_batched:
                     return play_batched(make_vec, act_batch, det, seeds, k, begin=begin)
                 return play_serial(env, act_batch, det, seeds, k, begin=begin)
+            if rows is not None:
+                return play_batched(make_vec, rows.act_batch, det, seeds, k, begin=rows.begin_episodes)
             return play_seeded(env, act, det, seeds, k, seed_evaluation)
 
         pilot = 0
@@ -426,6 +441,7 @@ def evaluate_agent(
             results = {p: play(p, 0, pilot) for p in EVAL_POLICIES}
             n = max(pilot, *(plan_episodes(cons, power=plan.power, cap=plan.cap,
                                            pilot_costs=[r.costs[:, j] for j in range(k)]) for r in results.values()))
+        eval_progress.planned(n * len(EVAL_POLICIES))
         for policy in EVAL_POLICIES:
             done = len(results[policy].returns) if policy in results else 0
             if n > done:

@@ -14,6 +14,21 @@ GRPO families, the SB3 baselines and user algorithms all write the same tags:
 ``steps_per_s``        env steps per wall-clock second over the iteration
 =====================  ===================================================================
 
+At the end of a run, once its evaluation is written, the evaluation's scalars
+(:func:`evaluation_tags`), at the run's last env-step count:
+
+===========================  ==============================================================
+``eval/return``              mean return of the final policy's evaluation episodes (its
+                             primary policy: sampled, or greedy where the agent evaluated itself)
+``eval/cost/<name>``         mean episodic cost k of those episodes
+``eval/cost_upper/<name>``   its one-sided 95% upper bound (the verdict's)
+``eval/within/<name>``       the verdict on limit k: 1 within, 0 over, 0.5 too close to call
+``eval/feasible``            the run's verdict: 1 feasible (every limit within), 0 infeasible,
+                             0.5 too close to call
+``eval/greedy_return``       mean return of the greedy policy's episodes
+``eval/episodes``            evaluation episodes per policy
+===========================  ==============================================================
+
 The x axis is the env-step count. ``cgrpo train/bench --tensorboard DIR`` (extra ``[tb]``)
 and ``--wandb PROJECT`` (needs ``wandb``) set :data:`TENSORBOARD_ENV` / :data:`WANDB_ENV`,
 which sweep workers inherit; one TensorBoard run per run directory, named
@@ -29,7 +44,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["TENSORBOARD_ENV", "WANDB_ENV", "MetricSink", "metric_tags", "run_name", "sinks_from_env"]
+__all__ = ["TENSORBOARD_ENV", "WANDB_ENV", "MetricSink", "evaluation_tags", "metric_tags", "run_name", "sinks_from_env"]
+
+#: A verdict as a number: what ``eval/within/<name>`` and ``eval/feasible`` plot.
+VERDICT_VALUE = {"within": 1.0, "over": 0.0, "undetermined": 0.5,
+                 "feasible": 1.0, "violates": 0.0}
 
 TENSORBOARD_ENV = "CGRPO_TENSORBOARD"
 WANDB_ENV = "CGRPO_WANDB"
@@ -106,6 +125,25 @@ def metric_tags(row: Mapping[str, Any], limits: Mapping[str, float], previous: M
     return tags
 
 
+def evaluation_tags(m: Mapping[str, Any], names: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """The evaluation's tags (module docstring) from a run's ``run_metrics`` row ``m``; a
+    value that is not a finite number is left out.
+
+    >>> evaluation_tags({"eval_return": 1.1, "eval_cost_hazard": 0.08, "eval_cost_hi_hazard": 0.12,
+    ...                  "verdict_hazard": "undetermined", "feasibility": "undetermined", "greedy_return": 1.2,
+    ...                  "eval_episodes": 6534}, ["hazard"])
+    {'eval/return': 1.1, 'eval/greedy_return': 1.2, 'eval/episodes': 6534.0, 'eval/feasible': 0.5, 'eval/cost/hazard': 0.08, 'eval/cost_upper/hazard': 0.12, 'eval/within/hazard': 0.5}
+    """
+    values: dict[str, Any] = {"eval/return": m.get("eval_return"), "eval/greedy_return": m.get("greedy_return"),
+                              "eval/episodes": m.get("eval_episodes"),
+                              "eval/feasible": VERDICT_VALUE.get(str(m.get("feasibility")))}
+    for name in names:
+        values[f"eval/cost/{name}"] = m.get(f"eval_cost_{name}")
+        values[f"eval/cost_upper/{name}"] = m.get(f"eval_cost_hi_{name}")
+        values[f"eval/within/{name}"] = VERDICT_VALUE.get(str(m.get(f"verdict_{name}")))
+    return {tag: x for tag, v in values.items() if (x := _number(v)) is not None}
+
+
 class TensorBoardSink:
     """Writes :func:`metric_tags` to ``root/<run name>`` with ``torch.utils.tensorboard``."""
 
@@ -130,6 +168,18 @@ class TensorBoardSink:
         for tag, value in metric_tags(row, limits, previous).items():
             writer.add_scalar(tag, value, global_step=step)
         self._state[run_path] = (limits, dict(row))
+
+    def summary(self, run_path: Path, tags: Mapping[str, float], step: int) -> None:
+        """The run's end-of-run scalars (:func:`evaluation_tags`) at env step ``step``."""
+        writer = self._writers.get(Path(run_path))
+        if writer is None:
+            writer = self._writers[Path(run_path)] = self._writer_cls(log_dir=str(self.root / run_name(run_path)))
+        for tag, value in tags.items():
+            writer.add_scalar(tag, value, global_step=step)
+
+    def flush(self) -> None:
+        for writer in self._writers.values():
+            writer.flush()
 
     def close(self) -> None:
         for writer in self._writers.values():
@@ -158,6 +208,15 @@ class WandbSink:
         tags["env_steps"] = float(_number(row.get("env_steps")) or 0)
         self._runs[run_path].log(tags)
         self._state[run_path] = (limits, dict(row))
+
+    def summary(self, run_path: Path, tags: Mapping[str, float], step: int) -> None:
+        """The run's end-of-run scalars (:func:`evaluation_tags`), logged at ``env_steps = step``
+        and kept in the W&B run's summary."""
+        run = self._runs.get(Path(run_path))
+        if run is None:
+            return
+        run.log({**tags, "env_steps": float(step)})
+        run.summary.update(dict(tags))
 
     def close(self) -> None:
         for run in self._runs.values():

@@ -34,6 +34,7 @@ from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, ResolvedC
 from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, IMPLEMENTATION_DEFAULTS, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
 from constrained_grpo.eval import storage
+from constrained_grpo.eval import eval_progress
 from constrained_grpo.eval.evaluation import EVAL_SEED, EvalProtocol, evaluate_agent
 from constrained_grpo.eval.scoring.verdict import check_eval_size
 from constrained_grpo.eval.storage import (
@@ -431,6 +432,19 @@ def _write_eval(path: Path, results: Mapping[str, EvalResult], protocol: EvalPro
     return len(rows)
 
 
+def _evaluation_tags(path: Path) -> dict[str, float]:
+    """The finished run's evaluation scalars (``monitor.evaluation_tags``), {} if unreadable."""
+    from constrained_grpo.eval.monitor import evaluation_tags
+    from constrained_grpo.eval.scoring.loader import load_run
+    from constrained_grpo.eval.scoring.metrics import run_metrics
+
+    try:
+        table, meta = load_run(path, known_algos=None)
+        return evaluation_tags(run_metrics(table, {meta.task: meta}).iloc[0], meta.constraint_names)
+    except Exception:  # the scalars are a view of files on disk already: never fail the run for them
+        return {}
+
+
 def execute_run(
     spec: RunSpec,
     out: str | Path,
@@ -448,7 +462,8 @@ def execute_run(
     The directory is cleared of a previous incomplete attempt, ``config.json`` is
     written first and ``done.json`` last. ``on_progress(env_steps)`` is called after
     every log record (for progress bars), ``on_stage(line)`` as the final evaluation
-    starts and ends (for a console: evaluating can take longer than training). A failure is caught, its traceback written to
+    starts, while it plays (:mod:`~constrained_grpo.eval.eval_progress`) and as it ends (for a console:
+    evaluating can take longer than training). A failure is caught, its traceback written to
     ``error.txt`` and returned in the outcome. ``recorded_out`` is the results root named
     in the rerun command (default ``out``; a Ray task writes to a scratch ``out``). ``resolved``
     is the run's configuration when the caller has resolved it already (``cgrpo train``); it is
@@ -535,7 +550,7 @@ def _execute(
     finally:
         # Also when learn raises: progress.csv then holds every iteration logged before the error.
         if log.rows:
-            log.close()
+            log.close(sinks=False)  # open for the evaluation's scalars (monitor.evaluation_tags)
     if not log.rows:
         raise RuntimeError(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
@@ -546,8 +561,9 @@ def _execute(
                 else "the episodes its limits call for (the task's plan)")
         on_stage(f"evaluating the final policy, sampled and greedy, on {size} each ...")
     evaluated = time.perf_counter()
-    results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
-                                       constraints=meta.constraints)
+    with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
+        results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
+                                           constraints=meta.constraints)
     if on_stage is not None:
         on_stage(f"evaluated {protocol.episodes:,} episodes per policy in {time.perf_counter() - evaluated:.1f} s")
     n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
@@ -569,3 +585,6 @@ def _execute(
     (path / RUNNING_FILE).unlink(missing_ok=True)
     (path / ERROR_FILE).unlink(missing_ok=True)
     storage.atomic_write_json(path / DONE_FILE, done)
+    if log.has_sinks:
+        log.summary(_evaluation_tags(path))
+    log.close_sinks()

@@ -218,9 +218,32 @@ class ProgressLog:
         atomic_write_bytes(self.path, csv_bytes(self.rows, self.columns), fsync=fsync)
         self._last_flush = time.monotonic()
 
-    def close(self) -> None:
-        """Final rewrite of ``progress.csv``; closes the metric sinks."""
+    def close(self, *, sinks: bool = True) -> None:
+        """Final rewrite of ``progress.csv``; closes the metric sinks (``sinks=False``: flushes
+        them, left open for the run's :meth:`summary`)."""
         self.flush(fsync=True)
+        if sinks:
+            self.close_sinks()
+            return
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):
+                getattr(sink, "flush", lambda: None)()
+
+    def summary(self, tags: Mapping[str, float]) -> None:
+        """Scalars of the finished run (its evaluation's, ``monitor.evaluation_tags``) to the
+        metric sinks that take them, at the last record's env steps."""
+        step = int(self.rows[-1]["env_steps"]) if self.rows else 0
+        for sink in self._sinks:
+            with contextlib.suppress(Exception):  # a broken monitor must never fail the run
+                getattr(sink, "summary", lambda *a: None)(self.path.parent, tags, step)
+
+    @property
+    def has_sinks(self) -> bool:
+        """Whether any metric sink listens (TensorBoard, W&B)."""
+        return bool(self._sinks)
+
+    def close_sinks(self) -> None:
+        """Close the metric sinks (idempotent)."""
         for sink in self._sinks:
             with contextlib.suppress(Exception):
                 sink.close()
@@ -273,19 +296,34 @@ def run_lock(path: Path) -> Iterator[None]:
 
     The kernel drops the lock when its process dies, so a lock never outlives a killed
     sweep; a live orphan (its driver was killed alone) keeps a restarted sweep out of
-    the directory instead of both writing into it.
+    the directory instead of both writing into it. The lock file is removed as the lock is
+    released (a finished run keeps no ``.lock``): a process that locked the file just as it
+    was removed sees that the path no longer names its file, and locks the new one instead.
     """
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    lock = path / LOCK_FILE
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise RunBusyError(
                 f"{path} is being written by another live process (another sweep, or the orphaned "
                 "worker of a killed one); wait for it to finish, then rerun to resume"
             ) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed it as we locked it: lock the path's file anew
+    try:
         yield
     finally:
-        os.close(fd)
+        try:
+            lock.unlink(missing_ok=True)  # while still held: nobody can lock this file in between
+        finally:
+            os.close(fd)

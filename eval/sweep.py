@@ -18,7 +18,9 @@ Scheduling is the same for both backends (:func:`run_sweep`):
   handled like Ctrl-C. Progress comes back on a plain pipe-backed queue: no manager
   process whose loss would fail the runs in flight;
 * a tqdm bar counts runs (done / running / failed, ETA) and, on a terminal, one bar per
-  running run counts its env steps.
+  running run counts its env steps; a run's final evaluation prints a line as it starts, at
+  least every :data:`~constrained_grpo.eval.eval_progress.EVERY_S` seconds while it plays
+  (episodes done of the plan, ETA), and as it ends.
 
 Local workers write their run directory directly. A Ray task runs in a scratch
 directory on its node and returns the files, which the driver writes atomically,
@@ -198,12 +200,13 @@ def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = N
 def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int) -> RunOutcome:
     key = RunSpec.from_dict(spec).key
 
-    def progress(env_steps: int) -> None:
+    def progress(env_steps: int | str) -> None:
         if _PROGRESS is not None:
             _PROGRESS.put_nowait((key, env_steps))
 
     return execute_run(
-        RunSpec.from_dict(spec), out, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt, on_progress=progress
+        RunSpec.from_dict(spec), out, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt, on_progress=progress,
+        on_stage=progress,  # the evaluation's start, progress and end, as lines (str)
     )
 
 
@@ -322,13 +325,13 @@ def _ray_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[st
     _init_worker()
     run = RunSpec.from_dict(spec)
 
-    def progress(env_steps: int) -> None:
+    def progress(env_steps: int | str) -> None:
         if queue is not None:
             queue.put_nowait((run.key, env_steps))
 
     with tempfile.TemporaryDirectory(prefix="cgrpo-run-") as scratch:
         outcome = execute_run(run, scratch, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt,
-                              on_progress=progress, recorded_out=out)
+                              on_progress=progress, recorded_out=out, on_stage=progress)
         root = run.run_dir(scratch)
         files = {
             str(p.relative_to(root)): p.read_bytes()
@@ -643,6 +646,9 @@ def run_sweep(
                     say(f"[sweep] run {outcome.key} FAILED after {outcome.attempt} attempt(s) ({tally()}). Traceback:\n"
                         f"{(outcome.error or '').rstrip()}")
             for key, steps in engine.drain_progress():
+                if isinstance(steps, str):  # a line from the run's evaluation (it can outlast training)
+                    say(f"[sweep] {key}: {steps}")
+                    continue
                 run_bar = run_bars.get(key)
                 if run_bar is not None and steps > run_bar.n:
                     run_bar.update(min(steps, run_bar.total) - run_bar.n)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 
-__all__ = ["PALETTE", "algo_color", "algo_colors", "algo_marker"]
+__all__ = ["HIGHLIGHT", "PALETTE", "algo_color", "algo_colors", "algo_marker", "highlighted_colors", "muted"]
 
 #: Tableau 10, then the lighter Tableau 20 tones: distinct hues first; then 10 Tableau 20b
 #: tones (the darkest of each of its five hues, then one mid tone each) and its 5 lightest,
@@ -74,3 +74,22 @@ def algo_colors(algos: Iterable[str]) -> dict[str, str]:
 def algo_marker(name: str) -> str:
     """A marker per algorithm (from its name), so that coinciding points stay apart."""
     return _MARKERS[zlib.crc32(name.encode()) % len(_MARKERS)]
+
+
+#: The reserved colour of a highlighted algorithm (``--highlight``): in no figure's palette.
+HIGHLIGHT = "#d6008f"
+
+
+def muted(color: str, keep: float = 0.5) -> str:
+    """``color`` blended with white: ``keep`` of it, the rest white (the others beside a highlight).
+
+    >>> muted("#1f77b4")
+    '#8fbbda'
+    """
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(keep * c + (1 - keep) * 255):02x}" for c in rgb)
+
+
+def highlighted_colors(colors: dict[str, str], highlight: str) -> dict[str, str]:
+    """``colors`` with ``highlight`` in :data:`HIGHLIGHT` and every other algorithm :func:`muted`."""
+    return {a: HIGHLIGHT if a == highlight else muted(c) for a, c in colors.items()}

@@ -105,6 +105,7 @@ class Leaderboard:
         references: per task with reference policies, their numbers (as ``per_task``, unranked).
         tasks: the metadata of every task shown.
         tol: the feasibility tolerance the verdicts used.
+        highlight: the algorithm a reader singled out (``--highlight``), drawn apart; None for none.
     """
 
     runs: pd.DataFrame
@@ -116,6 +117,7 @@ class Leaderboard:
     references: dict[str, pd.DataFrame] = field(default_factory=dict)
     tasks: dict[str, TaskMeta] = field(default_factory=dict)
     tol: float = TOL
+    highlight: str | None = None
 
     @property
     def pairs(self) -> pd.DataFrame:
@@ -853,6 +855,32 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     return paths
 
 
+def _budget_refusal(runs: pd.DataFrame, mine: Collection[str]) -> str | None:
+    """One line for the first task where the submission's runs (algorithms ``mine``) and the
+    board's do not share a budget (final env steps within ``BUDGET_RATIO`` of each other):
+    both budgets, the rule and the ``--steps`` that fixes it; None when every task's do.
+
+    >>> r = pd.DataFrame({"task": ["T"] * 3, "algo": ["a", "b", "mine"], "env_steps": [1_000_000, 1_000_448, 200_000]})
+    >>> _budget_refusal(r, {"mine"})
+    "T: budgets differ: your runs: 200,000 steps; this task's: 1,000,000 to 1,000,448 (up to x1.25 apart): rerun with --steps 1000000"
+    """
+    def span(steps: pd.Series) -> str:
+        lo, hi = int(steps.min()), int(steps.max())
+        return f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
+
+    for task, g in runs.groupby("task", sort=True):
+        ours = g["algo"].isin(set(mine))
+        if ours.all() or not ours.any():
+            continue
+        steps = g["env_steps"].astype(float)
+        if steps.min() > 0 and steps.max() / steps.min() <= BUDGET_RATIO:
+            continue
+        theirs = g.loc[~ours, "env_steps"]
+        return (f"{task}: budgets differ: your runs: {span(g.loc[ours, 'env_steps'])} steps; this task's: {span(theirs)} "
+                f"(up to x{BUDGET_RATIO:g} apart): rerun with --steps {int(theirs.min())}")
+    return None
+
+
 def check_submission(
     path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None,
     references: Collection[str] = (), existing_evals: pd.DataFrame | None = None,
@@ -876,6 +904,9 @@ def check_submission(
             kept = existing_evals["task"].isin(mine) & ~existing_evals["algo"].isin(set(references))
             evals = pd.concat([existing_evals[kept], eval_summaries(table, scope)], ignore_index=True)
         runs = run_metrics(joined, scope, evals=evals)
+        budget = _budget_refusal(runs, set(table["algo"]))
+        if budget is not None:
+            raise ResultsError(f"{path}: cannot be ranked with the results: {budget}")
         reasons = comparability(runs)
         if reasons:
             raise ResultsError(f"{path}: cannot be ranked with the results: " + "; ".join(

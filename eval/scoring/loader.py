@@ -995,7 +995,11 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
     for (task, algo, seed, policy), g in ev.groupby(["task", "algo", "seed", "policy"], sort=True):
         where = f"{source}: run task={task} algo={algo} seed={int(seed)} ({policy} episodes)"
         seeds, episodes = g["reset_seed"].to_numpy(dtype=float), g["episode"].to_numpy(dtype=float)
-        if not np.isfinite(seeds).all() or len(np.unique(seeds - episodes)) != 1:
+        if not np.isfinite(seeds).all():
+            raise ResultsError(f"{where}: reset_seed is empty in {int((~np.isfinite(seeds)).sum())} of {len(seeds)} rows; "
+                               "fill it with each episode's reset seed, first_seed + episode (cgrpo's episode i starts "
+                               "from reset(seed=1000000 + i))")
+        if len(np.unique(seeds - episodes)) != 1:
             raise ResultsError(f"{where}: reset_seed must be first_seed + episode for every episode (the harness's "
                                "paired protocol); give the episodes cgrpo evaluated, not a selection")
     for task, g in ev.groupby("task", sort=True):

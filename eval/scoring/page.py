@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from constrained_grpo.eval.scoring.colors import algo_colors
+from constrained_grpo.eval.scoring.colors import algo_colors, highlighted_colors
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard, _glossary, _unbroken_groups
 from constrained_grpo.schema import TaskMeta
 
@@ -319,7 +319,8 @@ _CSS = (
     "ul.glance a{font-weight:600;white-space:nowrap}"
     "p.verdict{font-weight:600;margin:0.2em 0 0.2em}p.limits{margin:0.1em 0 0.3em;font-size:14px;color:#444}"
     ".task{display:flex;flex-wrap:wrap;gap:0 1.5em;align-items:flex-start}.task>.wrap{margin-top:0}"
-    "svg.fig{flex:none;font-size:10px}svg .tick{fill:#555}svg .axis{fill:#333;font-size:11px}svg .ref{fill:#444;font-size:9.5px}"
+    "svg.fig{flex:none;font-size:10px}@media (min-width:1500px){svg.fig{flex:1 1 auto;max-width:52em;height:auto}"
+    "p,dl,ul{max-width:90em}}svg .tick{fill:#555}svg .axis{fill:#333;font-size:11px}svg .ref{fill:#444;font-size:9.5px}"
     ".wrap{overflow-x:auto;max-width:100%;margin:0.5em 0 1em}"
     "table{border-collapse:separate;border-spacing:0;font-size:13px}"
     "th,td{border:1px solid #ccc;border-width:0 1px 1px 0;padding:0.12em 0.4em;text-align:right}"
@@ -385,6 +386,8 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
         f'<li><a href="#{_slug(t)}">{html.escape(t)}</a>: {html.escape(v)}</li>' for t, v in verdicts.items()) + "</ul>")
     # One colour per algorithm on the whole page, as in `cgrpo plot`'s figures.
     colors = algo_colors([str(a) for df in lb.per_task.values() if df is not None for a in df["algo"]])
+    if lb.highlight is not None:  # --highlight: its reserved colour, the others muted
+        colors = highlighted_colors(colors, lb.highlight)
     headers: list[str] = []
     for s in task_sections:
         task = s.title.removeprefix("Task ")

@@ -62,7 +62,7 @@ from matplotlib.markers import MarkerStyle  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 from matplotlib.transforms import ScaledTranslation  # noqa: E402
 
-from constrained_grpo.eval.scoring.colors import algo_colors, algo_marker  # noqa: E402
+from constrained_grpo.eval.scoring.colors import algo_colors, algo_marker, highlighted_colors  # noqa: E402
 from constrained_grpo.eval.scoring.metrics import run_metrics  # noqa: E402
 from constrained_grpo.eval.storage import safe_name  # noqa: E402
 from constrained_grpo.schema import TaskMeta  # noqa: E402
@@ -294,14 +294,15 @@ def _component_colors(columns: list[str]) -> dict[str, Any]:
 
 
 def _band(ax: plt.Axes, train: pd.DataFrame, column: str, label: str, color: Any, floor: float | None = None,
-          indicator: bool = False) -> bool:
-    """Draw :func:`band`'s mean and band; False if no seed has ``column``."""
+          indicator: bool = False, lw: float = 1.5, top: bool = False) -> bool:
+    """Draw :func:`band`'s mean and band; False if no seed has ``column``. ``top`` (a
+    highlighted algorithm): its line above every other, its band below them all."""
     c = band(train, column, indicator=indicator, floor=floor)
     if c is None:
         return False
     x, mean, lo, hi = c
-    ax.plot(x, mean, color=color, label=label, lw=1.5)
-    ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0)
+    ax.plot(x, mean, color=color, label=label, lw=lw, zorder=3 if top else 2)
+    ax.fill_between(x, lo, hi, color=color, alpha=0.15, lw=0, zorder=0.5 if top else 1)
     return True
 
 
@@ -314,7 +315,8 @@ def _coinciding(x: np.ndarray, y: np.ndarray) -> list[list[int]]:
     return list(groups.values())
 
 
-def _return_vs_violation(ax: plt.Axes, r: pd.DataFrame, colors: Mapping[str, Any], tol: float) -> list[dict[str, Any]]:
+def _return_vs_violation(ax: plt.Axes, r: pd.DataFrame, colors: Mapping[str, Any], tol: float,
+                         highlight: str | None = None) -> list[dict[str, Any]]:
     """One point per run, of equal area per shape; points at the same place become concentric
     markers (the first drawn largest). Returns the drawn places (x, y, algorithms, diameter in
     points) for :func:`_name_points`."""
@@ -326,7 +328,7 @@ def _return_vs_violation(ax: plt.Axes, r: pd.DataFrame, colors: Mapping[str, Any
         for rank, a in enumerate(algos_here):
             grow = 1 + 1.2 * (len(algos_here) - 1 - rank)  # area steps: each ring stays visible
             ax.scatter(x[group[0]], y[group[0]], s=marker_size(algo_marker(a)) * grow, facecolor=colors[a],
-                       edgecolor="white", lw=0.6, marker=algo_marker(a), zorder=2 + rank)
+                       edgecolor="white", lw=0.6, marker=algo_marker(a), zorder=(20 if a == highlight else 2) + rank)
         diameter = math.sqrt(MARKER_SIZE * (1 + 1.2 * (len(algos_here) - 1)))
         places.append({"x": x[group[0]], "y": y[group[0]], "algos": algos_here, "diameter": diameter})
     for a in sorted(set(r["algo"])):  # one legend entry per algorithm, at the plain marker size, in name order
@@ -417,11 +419,11 @@ def _name_points(fig: plt.Figure, ax: plt.Axes, places: Sequence[Mapping[str, An
 
 
 def _curves_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors: Mapping[str, Any],
-                   tol: float) -> plt.Figure:
+                   tol: float, highlight: str | None = None) -> plt.Figure:
     fig, axes = _figure(1 + len(meta.constraints))
     ax = axes[0, 0]
     for a in algos:
-        _band(ax, rows[rows["algo"] == a], "return", a, colors[a])
+        _band(ax, rows[rows["algo"] == a], "return", a, colors[a], lw=_width(a, highlight), top=a == highlight)
     if meta.optimum_return is not None:
         ax.axhline(meta.optimum_return, color="k", ls="--", lw=1, label="optimum R*")
     ax.set(title="return")
@@ -429,7 +431,8 @@ def _curves_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors:
     for j, c in enumerate(meta.constraints, start=1):
         ax = axes[0, j]
         for a in algos:
-            _band(ax, rows[rows["algo"] == a], f"cost_{c.name}", a, colors[a], floor=0.0, indicator=c.indicator)
+            _band(ax, rows[rows["algo"] == a], f"cost_{c.name}", a, colors[a], floor=0.0, indicator=c.indicator,
+                  lw=_width(a, highlight), top=a == highlight)
         # Generic labels, so that the figure's one legend lists each kind of line once; the values are in the title.
         ax.axhline(c.limit, color="r", ls="--", lw=1, label="limit d")
         ax.axhline(c.limit * (1 + tol), color="r", ls=":", lw=1, label=f"tolerance d(1+{tol:g})")
@@ -450,13 +453,14 @@ def _curves_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors:
 
 
 def _multipliers_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], colors: Mapping[str, Any],
-                        in_units: Mapping[str, bool]) -> plt.Figure:
+                        in_units: Mapping[str, bool], highlight: str | None = None) -> plt.Figure:
     names = meta.constraint_names
     fig, axes = _figure(len(names))
     for j, n in enumerate(names):
         ax = axes[0, j]
         for a in algos:
-            _band(ax, rows[rows["algo"] == a], f"lambda_{n}", a, colors[a], floor=0.0)
+            _band(ax, rows[rows["algo"] == a], f"lambda_{n}", a, colors[a], floor=0.0, lw=_width(a, highlight),
+                  top=a == highlight)
         comparable = [a for a in algos if in_units.get(a) and rows.loc[rows["algo"] == a, f"lambda_{n}"].notna().any()]
         if meta.optimal_multipliers is not None and comparable:
             # lambda* weighs costs in reward units: only these algorithms' lambda can be read against it.
@@ -471,10 +475,16 @@ def _multipliers_figure(rows: pd.DataFrame, meta: TaskMeta, algos: list[str], co
     return fig
 
 
-def _return_vs_violation_figure(r: pd.DataFrame, meta: TaskMeta, colors: Mapping[str, Any], tol: float) -> plt.Figure:
+def _width(algo: str, highlight: str | None) -> float:
+    """Line width: the highlighted algorithm's thicker."""
+    return 2.6 if algo == highlight else 1.5
+
+
+def _return_vs_violation_figure(r: pd.DataFrame, meta: TaskMeta, colors: Mapping[str, Any], tol: float,
+                                highlight: str | None = None) -> plt.Figure:
     fig, axes = _figure(1, width=5.0, height=4.0)
     ax = axes[0, 0]
-    places = _return_vs_violation(ax, r, colors, tol)
+    places = _return_vs_violation(ax, r, colors, tol, highlight)
     if meta.optimum_return is not None:
         ax.axhline(meta.optimum_return, color="k", ls="--", lw=1, label="optimum R*")
     ax.set(title=f"{meta.task}: return vs violation", xlabel="max_k max(0, J_k - d_k)/d_k (eval)", ylabel="eval return")
@@ -513,23 +523,28 @@ def iter_figures(
     tol: float = 0.1,
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     evals: pd.DataFrame | None = None,
+    highlight: str | None = None,
 ) -> Iterator[tuple[str, plt.Figure]]:
     """(file name, figure) of every figure of every task, built one at a time (arguments as
     :func:`make_plots`); the caller saves or closes each."""
     in_units = dict(lambda_in_reward_units or {})
     runs = run_metrics(table, tasks, evals=evals)
-    # One colour per algorithm across every task's figures.
+    # One colour per algorithm across every task's figures; a highlighted one apart, the others muted.
     colors = algo_colors(table.loc[table["kind"] == "train", "algo"].unique())
+    if highlight is not None:
+        colors = highlighted_colors(colors, highlight)
     for task in sorted(table["task"].unique()):
         meta = tasks[task]
         rows = table[(table["task"] == task) & (table["kind"] == "train")]
-        algos = sorted(rows["algo"].unique())
+        # The highlighted algorithm drawn last, on top of the others.
+        algos = sorted(rows["algo"].unique(), key=lambda a: (a == highlight, a))
         stem = "_".join(safe_name(p) for p in task.split("/"))
-        yield f"{stem}_curves.png", _curves_figure(rows, meta, algos, colors, tol)
+        yield f"{stem}_curves.png", _curves_figure(rows, meta, algos, colors, tol, highlight)
         lam_cols = [f"lambda_{n}" for n in meta.constraint_names if f"lambda_{n}" in rows and rows[f"lambda_{n}"].notna().any()]
         if lam_cols:
-            yield f"{stem}_multipliers.png", _multipliers_figure(rows, meta, algos, colors, in_units)
-        yield f"{stem}_return_vs_violation.png", _return_vs_violation_figure(runs[runs["task"] == task], meta, colors, tol)
+            yield f"{stem}_multipliers.png", _multipliers_figure(rows, meta, algos, colors, in_units, highlight)
+        yield f"{stem}_return_vs_violation.png", _return_vs_violation_figure(runs[runs["task"] == task], meta, colors, tol,
+                                                                              highlight)
         eff_cols = sorted(c for c in rows.columns if c.startswith("eff_w_") and rows[c].notna().any())
         eff_algos = [a for a in algos if rows.loc[rows["algo"] == a, eff_cols].notna().any().any()] if eff_cols else []
         if eff_algos:
@@ -549,13 +564,17 @@ def make_plots(
     tol: float = 0.1,
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     evals: pd.DataFrame | None = None,
+    highlight: str | None = None,
 ) -> list[Path]:
     """Write every figure of every task under ``out``; return the paths (``evals``: the
     runs' evaluation summaries when ``table`` holds only train rows).
 
     ``tol``: the feasibility tolerance on (J - d)/d (the leaderboard's); ``lambda_in_reward_units``
-    (per algorithm, ``loader.algo_properties``) says whose multipliers lambda* is drawn beside.
+    (per algorithm, ``loader.algo_properties``) says whose multipliers lambda* is drawn beside;
+    ``highlight``: an algorithm drawn on top, thicker, in :data:`~constrained_grpo.eval.scoring.colors.HIGHLIGHT`,
+    the others muted.
     """
     out = Path(out)
     return [_save(fig, out / name) for name, fig in
-            iter_figures(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, evals=evals)]
+            iter_figures(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, evals=evals,
+                         highlight=highlight)]
