@@ -306,6 +306,40 @@ def _registered_family(task: str) -> Any:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def declared_returns(task: str) -> Any:
+    """What one episode of ``task`` can return, as its family declares it
+    (``Family.episode_returns``, an :class:`~constrained_grpo.envs.registration.EpisodeReturns`);
+    None where the family declares nothing (the gridworlds' envs say it themselves)."""
+    family = _registered_family(task)
+    if family is None or family.episode_returns is None:
+        return None
+    from constrained_grpo.tasks import task_info
+
+    return family.episode_returns(task_info(task).kwargs)
+
+
+def _check_declared_episodes(df: pd.DataFrame, source: str) -> None:
+    """Refuse the first evaluation episode whose return and length its task's family
+    declares impossible (:func:`declared_returns`)."""
+    ev = df[df["kind"] == "eval"]
+    for task, rows in ev.groupby("task", sort=True):
+        declared = declared_returns(str(task))
+        if declared is None or not declared.bounded:
+            continue
+        lengths = rows["length"].to_numpy(dtype=float) if "length" in rows.columns else None
+        ok = declared.possible(rows["return"].to_numpy(dtype=float), lengths)
+        if ok.all():
+            continue
+        i = int(np.flatnonzero(~ok)[0])
+        row = rows.iloc[i]
+        length = "" if lengths is None or not np.isfinite(lengths[i]) else f" in {lengths[i]:g} steps"
+        raise ResultsError(
+            f"{source}: run task={task} algo={row['algo']} seed={int(row['seed'])}: {row['policy']} episode "
+            f"{int(row['episode'])} has return {float(row['return']):g}{length}, which no episode of {task} can have "
+            f"({declared.rule}); give the episodes cgrpo evaluated")
+
+
 @dataclass(frozen=True)
 class EpisodeRanges:
     """Bounds that any single episode of a task satisfies (hence every mean of episodes).
@@ -330,6 +364,9 @@ def episode_ranges(task: str, constraints: tuple[Any, ...] | None = None) -> Epi
     """
     costs = {} if constraints is None else {c.name: (0.0, 1.0 if c.indicator else math.inf) for c in constraints}
     family = _registered_family(task)
+    declared = declared_returns(task)
+    if declared is not None:
+        return EpisodeRanges(declared.return_range(), costs)
     if family is None or not family.return_bounds:
         return EpisodeRanges(None, costs)
     from constrained_grpo.tasks import make_env
@@ -950,6 +987,7 @@ def validate_table(
     if not math.isfinite(float(df["return"].abs().max())):
         raise ResultsError(f"{source}: column 'return' has infinite values")
     _check_magnitudes(df, source)
+    _check_declared_episodes(df, source)  # before the ranges: it names the episode and the rule
     _check_ranges(df, metas, source)
     return _finish(df), metas
 
