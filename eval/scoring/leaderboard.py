@@ -727,12 +727,20 @@ _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 _LOOSE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
+#: What opens a link, an image or a code span, or an autolink (GitHub links ``www.`` and
+#: ``scheme://`` in plain text): ``](``, ``][``, ``![``, a backtick, ``www.``, ``://``.
+_MD_LINK = re.compile(r"\](?=[(\[])|!(?=\[)|`|(?<=www)\.|:(?=//)", re.IGNORECASE)
+
+
 def _md_cell(text: str) -> str:
     # Strings reaching a cell were validated by the loader; still escape what Markdown or
     # an HTML renderer of it would read as structure: a column bar, a tag, a line break, an
-    # underscore beside punctuation (``x._y_.`` would set y in italics; ``lane_change`` stays).
+    # underscore beside punctuation (``x._y_.`` would set y in italics; ``lane_change`` stays),
+    # a link, image, code span or autolink (``![p](https://...)`` would fetch a stranger's
+    # image). Only the character that completes the form is escaped, so intervals such as
+    # ``[0.1, 0.9]`` are written as they are.
     text = _TAG_START.sub("&lt;", text.replace("&", "&amp;")).replace("|", "\\|").replace("\n", " ")
-    return _LOOSE_UNDERSCORE.sub(r"\\_", text)
+    return _MD_LINK.sub(lambda m: "\\" + m.group(0), _LOOSE_UNDERSCORE.sub(r"\\_", text))
 
 
 def render_markdown(lb: Leaderboard) -> str:

@@ -453,13 +453,16 @@ def escape_csv_formulas(table: pd.DataFrame) -> pd.DataFrame:
 
 
 #: What could end a table cell, open an HTML tag or entity, a link or code span.
-_MD_SPECIAL = re.compile(r"([\\`|<>\[\]&_*])")
+_MD_SPECIAL = re.compile(r"([\\`|<>\[\]&_*]|(?<=www)\.|:(?=//))", re.IGNORECASE)
 
 
 def escape_markdown(text: str) -> str:
     """``text`` safe inside a Markdown table cell: control characters and line breaks become
     spaces, and what could end the cell or open markup (``\\ ` | < > [ ] & _ *``: an
-    underscore or star between punctuation and a letter opens emphasis) is backslash-escaped. Names that pass :func:`validate_table` contain none of these."""
+    underscore or star between punctuation and a letter opens emphasis; with the brackets
+    escaped no link or image opens; the ``.`` of ``www.`` and the ``:`` of ``://``, which
+    GitHub autolinks) is backslash-escaped. Names that pass
+    :func:`validate_table` contain none of these but ``www.``."""
     clean = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
     return _MD_SPECIAL.sub(r"\\\1", clean)
 

@@ -122,3 +122,28 @@ def test_impossible_returns_are_refused_by_check_add_and_load(task, ret, length,
         validate_table(bad)
     # The same table with possible returns passes.
     check_submission_table(_csv(synthetic(task, ret=0.5, length=length if length <= 30 else 30.0), tmp_path / "ok.csv"))
+
+
+# ------------------------------------------------------------------ point 5: Markdown cells
+
+
+def test_markdown_cells_escape_links_images_code_and_autolinks():
+    from constrained_grpo.eval.scoring.leaderboard import _md_cell
+    from constrained_grpo.eval.scoring.loader import escape_markdown
+
+    assert _md_cell("![p](https://evil.example/x.png)") == "\\![p\\](https\\://evil.example/x.png)"
+    assert _md_cell("[home][1] `code` www.evil.com WWW.X") == "[home\\][1] \\`code\\` www\\.evil.com WWW\\.X"
+    assert _md_cell("ftp://a") == "ftp\\://a"
+    # Intervals and plain parentheses stay as they are: the committed board's bytes do not change.
+    assert _md_cell("0.5 [0.1, 0.9] (n=10)!") == "0.5 [0.1, 0.9] (n=10)!"
+    assert escape_markdown("www.x http://y") == "www\\.x http\\://y"
+
+
+def test_a_www_name_does_not_autolink_in_leaderboard_md(toy_results: Path):
+    from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_markdown
+    from constrained_grpo.eval.scoring.loader import load_results
+
+    results = load_results(toy_results)
+    table = results.table.assign(algo=results.table["algo"].str.replace("cgrpo_toy_agent:", "www.evil.com-", regex=False))
+    md = render_markdown(build_leaderboard(table, results.tasks))
+    assert "www\\.evil.com-ToyAgent" in md and "www.evil.com" not in md
