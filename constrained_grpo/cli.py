@@ -198,6 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--out", type=Path, default=None, help="output folder (default DIR)")
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
+    lb.add_argument("--allow-modified-tasks", action="store_true",
+                    help="rank runs whose task settings (limits, R*, plan) differ from the registered task's; the page says so")
     lb.add_argument("--table", action="store_true",
                     help="also write OUT/results.csv, the long table with every iteration and evaluation episode "
                          "(of a compact record: OUT/train.csv and OUT/evals.csv, its train rows and evaluation summaries)")
@@ -688,14 +690,17 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return 0 if report.ok else 1
 
 
-def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any], Any]:
+def _load(path: Path, allow_incomplete: bool, modified: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], Any]:
     """``(table, tasks, summaries)``: a long table (a CSV file or the runs under a folder),
-    and its evaluation summaries when it holds only train rows (a compact record), else None."""
+    and its evaluation summaries when it holds only train rows (a compact record), else None.
+    ``modified``: where given, runs on other task settings are allowed and listed in it."""
     from constrained_grpo.eval.scoring.loader import load_results, read_table_csv, validate_table
 
     if path.is_file():
         return (*validate_table(read_table_csv(path), source=str(path)), None)
-    results = load_results(path, allow_incomplete=allow_incomplete)
+    results = load_results(path, allow_incomplete=allow_incomplete, allow_modified_tasks=modified is not None)
+    if modified is not None:
+        modified.update(results.modified)
     if results.incomplete:
         print(f"warning: left out {len(results.incomplete)} incomplete run(s): "
               + ", ".join(str(p) for p in results.incomplete), file=sys.stderr)
@@ -738,7 +743,8 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
               f"algorithms {sorted(table['algo'].unique())}")
         return 0
 
-    table, tasks, evals = _load(args.dir, args.allow_incomplete)
+    modified: dict[str, Any] | None = {} if args.allow_modified_tasks else None
+    table, tasks, evals = _load(args.dir, args.allow_incomplete, modified)
     added: set[str] = set()
     props = _algo_properties(args.dir)
     for extra in args.add:
@@ -758,6 +764,14 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
+    if added:  # the page and runs.csv say which rows a submitter evaluated
+        from constrained_grpo.eval.scoring.submission import SELF_REPORTED, mark_submitted
+
+        lb = mark_submitted(lb, {a: SELF_REPORTED for a in added})
+    if modified:  # ranked on other settings than the registered tasks' (--allow-modified-tasks)
+        from constrained_grpo.eval.scoring.submission import mark_modified
+
+        lb = mark_modified(lb, modified)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
     paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None, evals=evals)

@@ -49,7 +49,7 @@ from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
+from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
@@ -861,31 +861,5 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     return paths
 
 
-def check_submission(
-    path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None,
-    references: Collection[str] = (), existing_evals: pd.DataFrame | None = None,
-) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
-    """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError``
-    with the reason. The one rule set of ``--check`` and ``--add``:
-    ``loader.check_submission_table``, then, against ``existing``, the protocol rules by
-    which a task's runs are ranked together (:func:`comparability`: the same evaluated
-    policies and first reset seed, budgets within a factor ``BUDGET_RATIO``), on the
-    submission's tasks, with the ``references`` (unranked rows) left out. ``existing_evals``:
-    the evaluation summaries of ``existing`` when it holds only train rows (a compact record)."""
-    table, metas = check_submission_table(path, tasks, existing)
-    if existing is not None and len(existing):
-        mine = set(table["task"])
-        theirs = existing["task"].isin(mine) & ~existing["algo"].isin(set(references))
-        joined = pd.concat([existing[theirs], table], ignore_index=True)
-        all_tasks = {**(tasks or {}), **metas}
-        scope = {t: all_tasks[t] for t in mine if t in all_tasks}
-        evals = None
-        if existing_evals is not None:
-            kept = existing_evals["task"].isin(mine) & ~existing_evals["algo"].isin(set(references))
-            evals = pd.concat([existing_evals[kept], eval_summaries(table, scope)], ignore_index=True)
-        runs = run_metrics(joined, scope, evals=evals)
-        reasons = comparability(runs)
-        if reasons:
-            raise ResultsError(f"{path}: cannot be ranked with the results: " + "; ".join(
-                f"{t}: {', '.join(r)}" for t, r in sorted(reasons.items())))
-    return table, metas
+# The submission rules live in their own module; this name stays importable from here.
+from constrained_grpo.eval.scoring.submission import check_submission  # noqa: E402

@@ -147,3 +147,219 @@ def test_a_www_name_does_not_autolink_in_leaderboard_md(toy_results: Path):
     table = results.table.assign(algo=results.table["algo"].str.replace("cgrpo_toy_agent:", "www.evil.com-", regex=False))
     md = render_markdown(build_leaderboard(table, results.tasks))
     assert "www\\.evil.com-ToyAgent" in md and "www.evil.com" not in md
+
+
+# ------------------------------------------------------------------ point 3: the protocol
+
+
+from cgrpo_toy_agent import TASK, TOY  # noqa: E402
+
+from constrained_grpo.cli import main as cgrpo  # noqa: E402
+from constrained_grpo.eval.scoring.loader import load_results  # noqa: E402
+from constrained_grpo.eval.scoring.submission import check_submission  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def fresh(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> pd.DataFrame:
+    """Two new runs of the toy agent (seeds 2 and 3, relabelled 0 and 1) under a new name:
+    a genuine submission to the toy board (2 seeds, 13 evaluation episodes per policy)."""
+    from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+
+    out = tmp_path_factory.mktemp("fresh")
+    for seed in (2, 3):
+        run = execute_run(RunSpec(TASK, TOY, seed, 300, 13, {}, False), out, meta=task_meta(TASK))
+        assert run.status == "done", run.error
+    table = load_results(out).table
+    return table.assign(algo="mine-toy", seed=table["seed"] - 2)
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    code = cgrpo(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def _refused_everywhere(board: Path, sub: pd.DataFrame, tmp_path: Path, capsys, pattern: str) -> str:
+    """``sub`` refused by check_submission, ``--check`` and ``--add`` with one line matching
+    ``pattern``; the --add leaves the output folder's earlier board as it was."""
+    path = _csv(sub, tmp_path / "sub.csv")
+    existing = load_results(board).table
+    with pytest.raises(ResultsError, match=pattern) as err:
+        check_submission(path, None, existing)
+    line = _one_line(err)
+    code, text = _cli(capsys, "leaderboard", str(board), "--check", str(path))
+    assert code == 1 and re.search(pattern, text) and text.startswith("REJECTED"), text
+    out = tmp_path / "lb"
+    assert _cli(capsys, "leaderboard", str(board), "--out", str(out), "--quiet")[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, text = _cli(capsys, "leaderboard", str(board), "--add", str(path), "--out", str(out), "--quiet")
+    assert code == 2 and re.search(pattern, text), text
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing on disk lost or changed
+    return line
+
+
+import re  # noqa: E402
+
+
+def test_a_genuine_submission_joins_and_is_marked(toy_results: Path, fresh: pd.DataFrame, tmp_path: Path, capsys):
+    path = _csv(fresh, tmp_path / "sub.csv")
+    code, text = _cli(capsys, "leaderboard", str(toy_results), "--check", str(path))
+    assert code == 0 and text.startswith("OK"), text
+    out = tmp_path / "lb"
+    code, text = _cli(capsys, "leaderboard", str(toy_results), "--add", str(path), "--out", str(out), "--quiet")
+    assert code == 0, text
+    runs = pd.read_csv(out / "runs.csv")
+    assert runs.loc[runs["algo"] == "mine-toy", "submitted"].all() and not runs.loc[runs["algo"] != "mine-toy", "submitted"].any()
+    assert set(runs.loc[runs["algo"] == "mine-toy", "evaluated_by"]) == {"self-reported"}
+    md = (out / "leaderboard.md").read_text()
+    assert "Submitted, self-reported (evaluated by their submitters, not re-run by the board): mine-toy." in md
+    assert "self-reported" in (out / "leaderboard.html").read_text()
+
+
+def test_fewer_seeds_than_the_board_are_refused(toy_results, fresh, tmp_path, capsys):
+    line = _refused_everywhere(toy_results, fresh[fresh["seed"] == 0], tmp_path, capsys,
+                               r"mine-toy: 1 seed\(s\), but the board runs 2 per algorithm; submit 2 seeds")
+    assert TASK in line
+
+
+def test_fewer_episodes_than_the_plan_are_refused(toy_results, fresh, tmp_path, capsys):
+    short = fresh[(fresh["kind"] == "train") | (fresh["episode"] < 5)]
+    _refused_everywhere(toy_results, short, tmp_path, capsys,
+                        r"seed 0: 5 evaluation episodes of the \w+ policy, but the board's plan is 13 per policy; "
+                        r"evaluate on the task's plan")
+
+
+def test_identical_evaluation_rows_across_seeds_are_refused(toy_results, fresh, tmp_path, capsys):
+    # Seed 1 keeps its own training rows but carries seed 0's evaluation.
+    ev0 = fresh[(fresh["seed"] == 0) & (fresh["kind"] == "eval")].assign(seed=1)
+    ev0 = ev0.assign(iteration=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "iteration"].iloc[0]),
+                     env_steps=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "env_steps"].iloc[0]))
+    copied = pd.concat([fresh[fresh["seed"] == 0], fresh[(fresh["seed"] == 1) & (fresh["kind"] == "train")], ev0])
+    _refused_everywhere(toy_results, copied, tmp_path, capsys,
+                        r"mine-toy: seeds 0 and 1 hold identical evaluation rows; one evaluation counted twice")
+
+
+def test_a_board_run_under_another_name_is_refused(toy_results, fresh, tmp_path, capsys):
+    board = load_results(toy_results).table
+    # The board's seed 0 under a new name, beside a genuine seed 1.
+    copy = pd.concat([board[(board["algo"] == TOY) & (board["seed"] == 0)], fresh[fresh["seed"] == 1]]).assign(algo="mine-copy")
+    _refused_everywhere(toy_results, copy, tmp_path, capsys,
+                        r"mine-copy seed 0 has the same evaluation episodes as cgrpo_toy_agent:ToyAgent seed 0 on the board")
+
+
+def test_two_names_for_one_run_in_a_submission_are_refused(fresh, tmp_path):
+    twice = pd.concat([fresh, fresh.assign(algo="mine-again")])
+    with pytest.raises(ResultsError, match=r"mine-toy seed 0 has the same evaluation episodes as mine-again seed 0 "
+                                           r"in the submission"):
+        check_submission(_csv(twice, tmp_path / "twice.csv"))
+
+
+# --------------------------------------------------- point 2: records validated like submissions
+
+
+from constrained_grpo.eval.scoring import record  # noqa: E402
+from constrained_grpo.schema import TaskMeta  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def toy_record(toy_results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("toy_record")
+    record.pack([toy_results], out)
+    return out
+
+
+def reseal(src: Path, dst: Path, *, tasks=None, evals=None, table=None, algos=None, configs=None) -> Path:
+    """``src``'s record edited and sealed again (new checksums), as a forger would."""
+    rec = record.load_record(src, configs=True)
+    record.write_record(dst, rec.table if table is None else table, rec.evals if evals is None else evals,
+                        rec.tasks if tasks is None else tasks, rec.algos if algos is None else algos,
+                        rec.configs if configs is None else configs)
+    return dst
+
+
+def _meta(meta: TaskMeta, edit) -> dict[str, TaskMeta]:
+    d = meta.to_dict()
+    edit(d)
+    return {meta.task: TaskMeta.from_dict(d)}
+
+
+def _refused_on_load(path: Path, pattern: str, capsys, tmp_path: Path) -> str:
+    with pytest.raises(ResultsError, match=pattern) as err:
+        load_results(path)
+    line = _one_line(err)
+    out = tmp_path / "board"
+    code, text = _cli(capsys, "leaderboard", str(path), "--out", str(out), "--quiet")
+    assert code == 2 and re.search(pattern, text) and not out.exists(), text  # refused before any folder
+    return line
+
+
+def test_the_toy_record_and_runs_load(toy_record, toy_results):
+    assert load_results(toy_record).modified == {} and load_results(toy_results).modified == {}
+
+
+def test_a_resealed_record_with_an_impossible_row_is_refused(toy_record, tmp_path, capsys):
+    rec = record.load_record(toy_record)
+    evals = rec.evals.copy()
+    row = (evals["algo"] == TOY) & (evals["seed"] == 0) & (evals["policy"] == "sampled")
+    # Return 1.5 (the unconstrained optimum, above R* = 1.2) at zero cost on 14,790 episodes.
+    evals.loc[row, ["episodes", "return_mean"]] = [14790, 1.5]
+    for name in ("hazard", "fuel"):
+        evals.loc[row, [f"mean_{name}", f"ss_{name}", f"events_{name}", f"within_{name}"]] = [0.0, 0.0, 0, 14790]
+    bad = reseal(toy_record, tmp_path / "rec", evals=evals)
+    line = _refused_on_load(bad, r"mean return 1\.5 over 14790 episodes \(lower bound 1\.477\) is above [\d.]+, the most "
+                                 r"any policy of Grid/HazardFuel3x3-v0 earns", capsys, tmp_path)
+    assert "pack the runs cgrpo evaluated" in line
+
+
+@pytest.mark.parametrize("edit,pattern", [
+    (lambda d: d["optimum"].update(constrained_return=1.0), r"R\* \(exact optimum\): recorded 1\.0, registered 1\.2"),
+    (lambda d: [c.update(limit=min(1.0, c["limit"] * 100) if c["indicator"] else c["limit"] * 100) for c in d["constraints"]],
+     r"limit of hazard: recorded 1, registered 0\.2 \(and 1 more\)"),
+    (lambda d: d["optimum"].update(multipliers=[0.0, 0.0]), r"optimal multipliers: recorded \[0\.0, 0\.0\]"),
+])
+def test_a_resealed_record_with_other_task_metadata_is_refused(toy_record, tmp_path, capsys, edit, pattern):
+    rec = record.load_record(toy_record)
+    bad = reseal(toy_record, tmp_path / "rec", tasks=_meta(rec.tasks[TASK], edit))
+    line = _refused_on_load(bad, pattern, capsys, tmp_path)
+    assert "--allow-modified-tasks" in line
+    # Ranked as it is only on request, and the page says so.
+    assert load_results(bad, allow_modified_tasks=True).modified[TASK]
+    out = tmp_path / "board"
+    code, text = _cli(capsys, "leaderboard", str(bad), "--out", str(out), "--quiet", "--allow-modified-tasks")
+    assert code == 0, text
+    assert f"{TASK} is ranked on settings other than the registered task's (--allow-modified-tasks)" in \
+        (out / "leaderboard.md").read_text()
+
+
+def test_markdown_in_a_recorded_name_is_refused(toy_record, tmp_path, capsys):
+    rec = record.load_record(toy_record, configs=True)
+    name = "![p](https://evil.example/x.png)"
+    rename = lambda a: name if a == TOY else a  # noqa: E731
+    table = rec.table.assign(algo=rec.table["algo"].map(rename))
+    evals = rec.evals.assign(algo=rec.evals["algo"].map(rename))
+    configs = {(t, rename(a), s): v for (t, a, s), v in rec.configs.items()}
+    algos = {rename(a): v for a, v in rec.algos.items()}
+    bad = reseal(toy_record, tmp_path / "rec", table=table, evals=evals, configs=configs, algos=algos)
+    _refused_on_load(bad, r"column 'algo' row \d+ has '!\[p\]\(https://evil\.example/x\.png\)' \(it must match", capsys, tmp_path)
+
+
+def _edit_configs(root: Path, edit) -> None:
+    import json
+
+    for cfg in root.rglob("config.json"):
+        if (cfg.parent / "done.json").exists():
+            data = json.loads(cfg.read_text())
+            edit(data)
+            cfg.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("edit,pattern", [
+    (lambda c: [k.update(limit=k["limit"] * 100) for k in c["task"]["constraints"] if not k["indicator"]],
+     r"limit of fuel: recorded 440, registered 4\.4"),
+    (lambda c: c["task"]["optimum"].update(constrained_return=1.4), r"R\* \(exact optimum\): recorded 1\.4, registered 1\.2"),
+    (lambda c: c["eval"].update(plan={"power": 0.5, "cap": 10, "pilot": 10}), r"evaluation plan: recorded \{'power': 0\.5"),
+])
+def test_run_folders_claiming_other_settings_are_refused(results_copy, tmp_path, capsys, edit, pattern):
+    _edit_configs(results_copy, edit)
+    _refused_on_load(results_copy, pattern, capsys, tmp_path)
+    assert load_results(results_copy, allow_modified_tasks=True).modified
