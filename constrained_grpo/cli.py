@@ -111,14 +111,25 @@ def _whole(text: str) -> int:
     return int(value)
 
 
+#: Seeds are stored as int64 (the long table, ``config.json``): a seed is in [0, 2^63).
+SEED_LIMIT = 2**63
+#: The most seeds one sweep expands (a range is held in memory as its seeds).
+MAX_SEEDS = 100_000
+
+
 def _seeds(text: str) -> int | tuple[int, ...]:
     """``--seeds``: a count ``N`` (seeds 0..N-1), a range ``A-B`` (A..B, both included) or a
-    list ``A,B,C``."""
+    list ``A,B,C``; at most :data:`MAX_SEEDS` seeds, each below :data:`SEED_LIMIT`."""
     span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
     if span:
         first, last = int(span[1]), int(span[2])
         if last < first:
             raise argparse.ArgumentTypeError(f"--seeds {text}: the range ends before it starts; write A-B with A <= B")
+        if last >= SEED_LIMIT:
+            raise argparse.ArgumentTypeError(f"--seeds {text}: seed {last} is beyond the largest, 2^63 - 1; give seeds below it")
+        if last - first + 1 > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"--seeds {text}: {last - first + 1:,} seeds, at most {MAX_SEEDS:,} in one "
+                                             "sweep; give a smaller range")
         return tuple(range(first, last + 1))
     try:
         if "," not in text:
@@ -126,8 +137,10 @@ def _seeds(text: str) -> int | tuple[int, ...]:
         seeds = tuple(_whole(part) for part in text.split(",") if part.strip())
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: give a count (10), a range (100-109) or a list (0,3,7)") from None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0")
+    if not seeds or any(s < 0 or s >= SEED_LIMIT for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0, below 2^63")
+    if len(seeds) > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"--seeds: {len(seeds):,} seeds, at most {MAX_SEEDS:,} in one sweep")
     return seeds
 
 
@@ -250,6 +263,24 @@ def _writable_dir(path: Path, option: str) -> None:
         raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
 
 
+def _check_ray_address(address: str, timeout_s: float = 3.0) -> None:
+    """A Ray cluster's ``HOST:PORT`` (or ``ray://HOST:PORT``) that answers a TCP connection
+    within ``timeout_s``, or a one-line error: Ray itself retries an unreachable address for
+    minutes."""
+    import socket
+
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CliError(f"--ray-address {address}: give the cluster's HOST:PORT (e.g. 10.0.0.5:6379), 'auto', or leave it "
+                       "out to start a local cluster")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise CliError(f"--ray-address {address}: nothing answers at {host}:{port} ({err.strerror or err}); start the "
+                       "cluster (`ray start --head`) or leave --ray-address out to start a local one") from None
+
+
 def _resolve(algo: str, task: str, config: dict[str, Any]) -> dict[str, Any]:
     """The run's whole configuration (``registry.resolve_config``), or a one-line error
     naming the option, before any folder is made or any run starts."""
@@ -275,16 +306,24 @@ def _check_args(args: argparse.Namespace) -> None:
         if value is not None and value < low:
             raise CliError(f"{option} must be >= {low}, got {value}")
 
+    def below(option: str, value: int | None, high: int, what: str) -> None:
+        if value is not None and value >= high:
+            raise CliError(f"{option} {value} is beyond {what}; give a smaller one")
+
     if args.command == "check":
         at_least("--steps", args.steps, 1)
     if args.command == "train":
         at_least("--seed", args.seed, 0)
+        below("--seed", args.seed, SEED_LIMIT, "the largest seed, 2^63 - 1 (seeds are stored as int64)")
         at_least("--steps", args.steps, 1)
         at_least("--eval-episodes", args.eval_episodes, 1)
         _writable_dir(args.out, "--out")
     if args.command == "bench":
         if isinstance(args.seeds, int):  # a list or a range was checked as it was parsed
             at_least("--seeds", args.seeds, 1)
+            below("--seeds", args.seeds, MAX_SEEDS + 1, f"the most seeds of one sweep, {MAX_SEEDS:,}")
+        if args.backend == "ray" and args.ray_address not in (None, "auto", "local"):
+            _check_ray_address(args.ray_address)
         at_least("--steps", args.steps, 1)
         at_least("--eval-episodes", args.eval_episodes, 1)
         at_least("--workers", args.workers, 1)

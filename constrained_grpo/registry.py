@@ -220,7 +220,28 @@ def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
     factory = load_entry_point(spec.entry_point)
     merged = merge_options(spec.defaults, config)
     resolver = getattr(factory, "resolve_config", None)
-    return dict(resolver(env_id, **merged)) if callable(resolver) else {"config": merged}
+    if callable(resolver):
+        return dict(resolver(env_id, **merged))
+    _check_options(name, factory, env_id, merged)
+    return {"config": merged}
+
+
+def _check_options(name: str, factory: Any, env_id: str, options: Mapping[str, Any]) -> None:
+    """The options bound to the factory's signature as :func:`make_agent` calls it, or a
+    one-line ``ValueError`` naming the option and the ones it takes (a factory without
+    ``resolve_config``, e.g. a user's ``module:Class``; one taking ``**kwargs`` is not checked)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing to read
+        return
+    try:
+        signature.bind(env_id, seed=0, **options)
+    except TypeError as err:
+        takes = [p for p in signature.parameters if p not in ("self", "env_id", "seed")
+                 and signature.parameters[p].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        raise ValueError(f"{name}: {err}; it takes {takes}") from None
 
 
 def validate_log_record(record: Mapping[str, Any], num_constraints: int | None = None) -> None:

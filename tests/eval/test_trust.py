@@ -363,3 +363,58 @@ def test_run_folders_claiming_other_settings_are_refused(results_copy, tmp_path,
     _edit_configs(results_copy, edit)
     _refused_on_load(results_copy, pattern, capsys, tmp_path)
     assert load_results(results_copy, allow_modified_tasks=True).modified
+
+
+@pytest.mark.parametrize("task", ["Grid/HazardFuel3x3-v0", "Grid/HazardFuelCumulative-v0"])
+def test_the_table_of_registered_optima_is_the_lp_solution(task):
+    from constrained_grpo.envs.gridworld.optima import REGISTERED_OPTIMA
+    from constrained_grpo.eval.scoring.loader import meta_differences
+
+    solved = task_meta(task)
+    table = TaskMeta.from_dict({**solved.to_dict(), "optimum": REGISTERED_OPTIMA[task]})
+    assert meta_differences(table, solved) == []
+    assert math.isclose(REGISTERED_OPTIMA["Grid/HazardFuel3x3-v0"]["constrained_return"], 1.2)
+
+
+# ------------------------------------------------------------------ point 6: the small ones
+
+
+def _usage_error(capsys, argv: list[str]) -> str:
+    """The one-line error of a refused command line (argparse's usage line aside)."""
+    with pytest.raises(SystemExit) as exit_:
+        cgrpo(argv)
+    assert exit_.value.code == 2
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith(("usage:", " "))]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    (["train", TASK, "ppo", "--seed", "18446744073709551616"], r"--seed 18446744073709551616 is beyond the largest seed, 2\^63 - 1"),
+    (["train", TASK, "ppo", "--seed", "9223372036854775808"], r"--seed 9223372036854775808 is beyond the largest seed"),
+    (["bench", "--seeds", "1-99999999999"], r"--seeds 1-99999999999: 99,999,999,999 seeds, at most 100,000 in one sweep"),
+    (["bench", "--seeds", "9223372036854775807-9223372036854775808"], r"seed 9223372036854775808 is beyond the largest"),
+    (["bench", "--seeds", "99999999999"], r"--seeds 99999999999 is beyond the most seeds of one sweep, 100,000"),
+    (["bench", "--backend", "ray", "--ray-address", "nowhere:1"], r"--ray-address nowhere:1: nothing answers at nowhere:1"),
+    (["bench", "--backend", "ray", "--ray-address", "127.0.0.1:1"], r"nothing answers at 127\.0\.0\.1:1 \(Connection refused\)"),
+    (["bench", "--backend", "ray", "--ray-address", "nowhere"], r"--ray-address nowhere: give the cluster's HOST:PORT"),
+])
+def test_out_of_range_seeds_and_unreachable_ray_are_one_line_before_any_folder(argv, pattern, tmp_path, capsys):
+    out = tmp_path / "out"
+    line = _usage_error(capsys, [*argv, "--out", str(out)])
+    assert re.search(pattern, line), line
+    assert not out.exists()
+
+
+def test_a_config_typo_of_a_module_class_algorithm_is_one_line_before_any_folder(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = cgrpo(["train", TASK, TOY, "--config.episodes_per_itr", "4", "--steps", "100", "--out", str(out)])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip() and not ln.startswith("[cgrpo")]
+    assert code == 2 and len(lines) == 1, err
+    assert "got an unexpected keyword argument 'episodes_per_itr'; it takes ['episodes_per_iter'," in lines[0]
+    assert not out.exists()
+    # The options it takes still pass (validated against the same signature the run calls).
+    from constrained_grpo.registry import resolve_config
+
+    assert resolve_config(TOY, TASK, episodes_per_iter=4) == {"config": {"episodes_per_iter": 4}}
