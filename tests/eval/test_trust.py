@@ -418,3 +418,72 @@ def test_a_config_typo_of_a_module_class_algorithm_is_one_line_before_any_folder
     from constrained_grpo.registry import resolve_config
 
     assert resolve_config(TOY, TASK, episodes_per_iter=4) == {"config": {"episodes_per_iter": 4}}
+
+
+# ---------------------------------------------------------------- point 4: atomic records
+
+
+class Crash(Exception):
+    """A kill at one step of a write (the process gone: nothing after it runs)."""
+
+
+def _crash_at(monkeypatch, step: int) -> list[str]:
+    """Make the ``step``-th rename or deletion (from 0) raise :class:`Crash` before it happens."""
+    import os
+
+    done: list[str] = []
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def counted(what: str, call):
+        def wrapper(*args, **kwargs):
+            if len(done) == step:
+                raise Crash(what)
+            done.append(f"{what} {args[-1] if what == 'rename' else args[0]}")
+            return call(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(os, "replace", counted("rename", real_replace))
+    monkeypatch.setattr(Path, "unlink", counted("unlink", real_unlink))
+    return done
+
+
+def test_a_pack_into_its_own_folder_killed_at_any_step_leaves_the_old_or_the_new_record(toy_results, tmp_path, monkeypatch):
+    import shutil
+
+    half = tmp_path / "half"
+    shutil.copytree(toy_results, half)
+    algo_dirs = sorted((half / TASK).iterdir())
+    rest = tmp_path / "rest" / TASK
+    rest.mkdir(parents=True)
+    shutil.move(str(algo_dirs[0]), rest / algo_dirs[0].name)
+    first = tmp_path / "first"
+    record.pack([half], first)
+    old = load_results(first)
+    whole = tmp_path / "whole"
+    record.pack([first, tmp_path / "rest"], whole)
+    new = load_results(whole)
+    assert len(new.summaries) > len(old.summaries)
+
+    def same(a, b) -> bool:
+        return a.table.equals(b.table) and a.summaries.equals(b.summaries)
+
+    steps = 0
+    while True:
+        root = tmp_path / f"root_{steps}"
+        shutil.copytree(first, root)
+        done = _crash_at(monkeypatch, steps)
+        try:
+            record.pack([root, tmp_path / "rest"], root)  # the form the loader's own message recommends
+            finished = True
+        except Crash:
+            finished = False
+        monkeypatch.undo()
+        now = load_results(root)
+        assert same(now, new if finished else old) or (not finished and same(now, new)), (steps, done)
+        record.pack([root], tmp_path / f"again_{steps}")  # it packs again, too
+        if finished:
+            assert same(now, new) and sorted(p.name for p in root.iterdir()) == sorted(p.name for p in whole.iterdir())
+            break
+        steps += 1
+    # The new task file, the manifest (the switch) and the old file's removal: each a step.
+    assert steps >= 3, done
