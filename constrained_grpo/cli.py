@@ -753,6 +753,17 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     return {} if path.is_file() else algo_properties(path)
 
 
+def _remove_stale_tables(out: Path, written: Sequence[Path], source: Path) -> None:
+    """The long tables an earlier ``--table`` wrote beside a board (``results.csv``, or a
+    record's ``train.csv`` and ``evals.csv``) that this build did not write: they would
+    describe other runs than the board beside them. Never the input itself."""
+    for name in ("results.csv", "train.csv", "evals.csv"):
+        path = out / name
+        if path in written or not path.is_file() or path.resolve() == source.resolve():
+            continue
+        path.unlink()
+
+
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -813,7 +824,10 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         lb = mark_modified(lb, modified)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
+    had_board = (out / "leaderboard.md").is_file()
     paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None, evals=evals)
+    if had_board:  # tables an earlier build wrote here, not a file of the user's
+        _remove_stale_tables(out, paths, args.dir)
     figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
     if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
         from constrained_grpo.eval import storage

@@ -49,6 +49,7 @@ from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval import storage
+from constrained_grpo.files import atomic_write_many
 from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
@@ -845,20 +846,17 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     only train rows: a compact record), ``train.csv`` and ``evals.csv`` (the evaluation
     summaries) instead."""
     out = Path(out)
-    paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv", out / "pairs.csv"]
-    storage.atomic_write_text(paths[0], render_markdown(lb))
-    storage.atomic_write_text(paths[1], render_html(lb))
-    storage.atomic_write_text(paths[2], _rounded_csv(lb.runs))
-    storage.atomic_write_text(paths[3], _rounded_csv(lb.pairs))
+    files = {out / "leaderboard.md": render_markdown(lb), out / "leaderboard.html": render_html(lb),
+             out / "runs.csv": _rounded_csv(lb.runs), out / "pairs.csv": _rounded_csv(lb.pairs)}
     if table is not None:
         if evals is None:
-            paths.append(out / "results.csv")
-            storage.atomic_write_text(paths[-1], _rounded_csv(table))
+            files[out / "results.csv"] = _rounded_csv(table)
         else:
-            paths += [out / "train.csv", out / "evals.csv"]
-            storage.atomic_write_text(paths[-2], _rounded_csv(table))
-            storage.atomic_write_text(paths[-1], _rounded_csv(evals))
-    return paths
+            files[out / "train.csv"] = _rounded_csv(table)
+            files[out / "evals.csv"] = _rounded_csv(evals)
+    # Rendered whole first, then renamed together: no new leaderboard.md beside an old runs.csv.
+    atomic_write_many(files)
+    return list(files)
 
 
 # The submission rules live in their own module; this name stays importable from here.

@@ -487,3 +487,37 @@ def test_a_pack_into_its_own_folder_killed_at_any_step_leaves_the_old_or_the_new
         steps += 1
     # The new task file, the manifest (the switch) and the old file's removal: each a step.
     assert steps >= 3, done
+
+
+def test_the_board_folder_is_written_together_and_loses_its_stale_tables(toy_results, tmp_path, capsys, monkeypatch):
+    import os
+
+    out = tmp_path / "lb"
+    assert _cli(capsys, "leaderboard", str(toy_results), "--out", str(out), "--quiet", "--table")[0] == 0
+    assert (out / "results.csv").is_file()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    # A build without --table removes the earlier long table (it would describe other runs) ...
+    assert _cli(capsys, "leaderboard", str(toy_results), "--out", str(out), "--quiet")[0] == 0
+    assert not (out / "results.csv").exists() and (out / "leaderboard.md").read_bytes() == before["leaderboard.md"]
+    # ... but never a user's file in a folder that held no board, nor the input itself.
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "results.csv").write_text("kept")
+    assert _cli(capsys, "leaderboard", str(toy_results), "--out", str(mine), "--quiet")[0] == 0
+    assert (mine / "results.csv").read_text() == "kept"
+    # A failure while the files are written leaves every old file as it was (nothing renamed yet).
+    real = os.fsync
+    calls = []
+
+    def failing(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    state = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(OSError, match="No space left"):
+        cgrpo(["leaderboard", str(toy_results), "--out", str(out), "--quiet", "--tol", "0.2"])
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == state  # no temporary left either
