@@ -142,6 +142,9 @@ class Family:
         episode_returns: ``f(task kwargs) -> EpisodeReturns``, what one episode's return can
             be given its length, declared without building the env (the families without
             ``return_bounds``); the loader refuses a loaded or submitted episode outside it.
+        optima: per registered task id, its exact optimum as ``TaskMeta.to_dict()["optimum"]``
+            holds it, solved once and kept: the loader compares a record's with it without
+            solving the task's LP again (a task not listed is solved when needed).
     """
 
     name: str
@@ -154,6 +157,7 @@ class Family:
     episode_check: bool = False
     code_options: tuple[str, ...] = ()
     episode_returns: Callable[[Mapping[str, Any]], EpisodeReturns] | None = None
+    optima: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))

@@ -1,6 +1,7 @@
 """The exact optima of the registered gridworld tasks (R*, the duals lambda*, the unconstrained
-optimum), as their LP solves them (:mod:`.optimum`): the loader compares the optimum a record or
-a run folder carries with these, without solving the LP again (1-25 s per 8x8 grid).
+optimum), as their LP solves them (:mod:`.optimum`), kept as the family's ``optima``: the loader
+compares the optimum a record or a run folder carries with these, without solving the LP again
+(1-25 s per 8x8 grid).
 tests/eval/test_trust.py solves some of them again. Grid/HazardFuel12x12-v0 is not listed: its
 LP is solved when a board holds it."""
 

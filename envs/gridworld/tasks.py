@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from constrained_grpo.envs.gridworld.optima import REGISTERED_OPTIMA
 from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
 
 __all__ = ["GRIDWORLD", "GRID_TASKS"]
@@ -39,6 +40,7 @@ GRIDWORLD = Family(
     },
     return_bounds=True,
     episode_check=True,
+    optima=REGISTERED_OPTIMA,
 )
 
 

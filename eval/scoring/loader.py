@@ -685,20 +685,18 @@ def _check_one_experiment(runs: Sequence[Path], root: str | Path) -> None:
 @functools.lru_cache(maxsize=None)
 def registered_meta(task: str) -> TaskMeta | None:
     """The metadata of the registered task ``task`` (None for an unknown id): its constraints
-    from its env, its exact optimum from the table of registered optima where listed
-    (:mod:`constrained_grpo.envs.gridworld.optima`), else solved (cached in the process)."""
+    from its env, its exact optimum as its family keeps it (``Family.optima``), else solved
+    (cached in the process)."""
     if ":" in task:
         return None
-    try:
-        from constrained_grpo.tasks import task_info, task_meta
-
-        task_info(task)
-    except Exception:
+    family = _registered_family(task)
+    if family is None:
         return None
-    from constrained_grpo.envs.gridworld.optima import REGISTERED_OPTIMA
+    from constrained_grpo.tasks import task_meta
 
-    if task in REGISTERED_OPTIMA:
-        return TaskMeta.from_dict({**task_meta(task, with_optimum=False).to_dict(), "optimum": REGISTERED_OPTIMA[task]})
+    known = family.optima.get(task)
+    if known is not None:
+        return TaskMeta.from_dict({**task_meta(task, with_optimum=False).to_dict(), "optimum": dict(known)})
     return task_meta(task)
 
 

@@ -368,8 +368,10 @@ def test_run_folders_claiming_other_settings_are_refused(results_copy, tmp_path,
 @pytest.mark.parametrize("task", ["Grid/HazardFuel3x3-v0", "Grid/HazardFuelCumulative-v0"])
 def test_the_table_of_registered_optima_is_the_lp_solution(task):
     from constrained_grpo.envs.gridworld.optima import REGISTERED_OPTIMA
+    from constrained_grpo.envs.gridworld.tasks import GRIDWORLD
     from constrained_grpo.eval.scoring.loader import meta_differences
 
+    assert GRIDWORLD.optima is REGISTERED_OPTIMA
     solved = task_meta(task)
     table = TaskMeta.from_dict({**solved.to_dict(), "optimum": REGISTERED_OPTIMA[task]})
     assert meta_differences(table, solved) == []
