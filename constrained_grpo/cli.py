@@ -211,6 +211,11 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--out", type=Path, default=None, help="output folder (default DIR)")
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
+    lb.add_argument("--reevaluate", type=Path, nargs="+", default=[], metavar="RUNS",
+                    help="maintainer: evaluate the saved agents of the run folders under RUNS (cgrpo train's) from the "
+                    "private first seed, write them under OUT/reevaluated and rank them (user code only under --import)")
+    lb.add_argument("--private-seed", default=None, metavar="N",
+                    help="the private first reset seed of --reevaluate (default $CGRPO_PRIVATE_SEED; keep it private)")
     lb.add_argument("--allow-modified-tasks", action="store_true",
                     help="rank runs whose task settings (limits, R*, plan) differ from the registered task's; the page says so")
     lb.add_argument("--table", action="store_true",
@@ -347,6 +352,21 @@ def _check_args(args: argparse.Namespace) -> None:
                     raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
         if args.out is not None and args.check is None:
             _writable_dir(args.out, "--out")
+        for folder in args.reevaluate:
+            if not folder.is_dir():
+                raise CliError(f"--reevaluate {folder} is not a folder; give the folder holding the submitted run folders")
+        if args.reevaluate:
+            if args.check is not None:
+                raise CliError("--reevaluate ranks the re-evaluated runs; leave out --check")
+            if args.out is None or args.out.resolve() == (args.dir.parent if args.dir.is_file() else args.dir).resolve():
+                raise CliError("--reevaluate writes the re-evaluated runs under OUT/reevaluated, which must not be "
+                               "among the board's runs: give --out OUT, another folder than DIR")
+            from constrained_grpo.eval.maintainer import MaintainerError, private_first_seed
+
+            try:
+                private_first_seed(args.private_seed)
+            except MaintainerError as err:
+                raise CliError(f"--reevaluate: {err}") from None
     if args.command == "plot" and args.out is not None:
         _writable_dir(args.out, "--out")
     if args.command in ("eval", "render"):
@@ -797,6 +817,29 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     table, tasks, evals = _load(args.dir, args.allow_incomplete, modified)
     added: set[str] = set()
     props = _algo_properties(args.dir)
+    maintainer: set[str] = set()
+    for runs in args.reevaluate:  # the maintainer's evaluation of submitted agents, from the private seed
+        from constrained_grpo.eval.maintainer import MaintainerError, private_first_seed, reevaluate_submission
+        from constrained_grpo.eval.scoring.loader import load_results
+
+        out_dir = args.out / "reevaluated"
+        try:
+            folders = reevaluate_submission(runs, out_dir, private_first_seed(args.private_seed), _trusted_modules(args))
+        except MaintainerError as err:
+            raise CliError(f"--reevaluate {runs}: {err}") from None
+        fresh = load_results(out_dir).table
+        names = {str(cfg_algo) for cfg_algo in fresh["algo"].unique()}
+        taken = sorted(names & set(table["algo"]))
+        if taken:
+            raise CliError(f"--reevaluate {runs}: algorithm {taken[0]} is on the board already; submit it under a new name")
+        if evals is None:
+            table, tasks = validate_table(pd.concat([table, fresh], ignore_index=True), {**tasks}, source=str(out_dir))
+        else:
+            from constrained_grpo.eval.scoring.loader import join_summarised
+
+            table, tasks, evals = join_summarised(table, tasks, evals, fresh, tasks)
+        maintainer |= names
+        print(f"re-evaluated {len(folders)} run(s) of {sorted(names)} into {out_dir}", file=sys.stderr)
     for extra in args.add:
         sub, sub_tasks = check_submission(extra, tasks, table, [a for a, p in props.items() if p.get("reference")], evals)
         if evals is None:
@@ -809,15 +852,15 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
-                           references=[a for a, p in props.items() if p.get("reference")])
-    refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
+                           references=[a for a, p in props.items() if p.get("reference")], unpaired=maintainer)
+    refused = {t: r for t, r in lb.not_ranked.items() if (added | maintainer) & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
-    if added:  # the page and runs.csv say which rows a submitter evaluated
-        from constrained_grpo.eval.scoring.submission import SELF_REPORTED, mark_submitted
+    if added or maintainer:  # the page and runs.csv say who evaluated the submitted rows
+        from constrained_grpo.eval.scoring.submission import MAINTAINER, SELF_REPORTED, mark_submitted
 
-        lb = mark_submitted(lb, {a: SELF_REPORTED for a in added})
+        lb = mark_submitted(lb, {**{a: SELF_REPORTED for a in added}, **{a: MAINTAINER for a in maintainer}})
     if modified:  # ranked on other settings than the registered tasks' (--allow-modified-tasks)
         from constrained_grpo.eval.scoring.submission import mark_modified
 

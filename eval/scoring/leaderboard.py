@@ -272,13 +272,14 @@ def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: st
 # ------------------------------------------------------------------------- comparability
 
 
-def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+def comparability(runs: pd.DataFrame, unpaired: Collection[str] = ()) -> dict[str, tuple[str, ...]]:
     """Per task of a ``run_metrics`` frame with two or more algorithms: why its runs cannot
     be ranked together (empty when they can). Evaluation protocols must agree (policies, reset
     seeds recorded and starting at the same seed; the episode counts may differ, since a
     run's plan depends on its costs' spread: runs are paired on their common prefix, and
     each verdict and score accounts for its own count) and budgets too (final env steps
-    within a factor BUDGET_RATIO of each other)."""
+    within a factor BUDGET_RATIO of each other). ``unpaired``: algorithms evaluated from a
+    first seed of their own (the maintainer's private one), exempt from the same-seed rule."""
     out: dict[str, tuple[str, ...]] = {}
     for task, g in runs.groupby("task", sort=True):
         if g["algo"].nunique() < 2:
@@ -297,7 +298,9 @@ def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
                 "the evaluation episodes' reset seeds are not recorded for " + ", ".join(unknown)
                 + " (runs evaluated by the agent itself, not paired with the others); rerun them with `cgrpo bench`"
             )
-        elif g["eval_first_seed"].nunique() > 1:
+        # Runs the maintainer evaluated from a private first seed (``unpaired``) share no
+        # episode with the others: the rank test is unpaired, so only the rest must agree.
+        elif g.loc[~g["algo"].isin(set(unpaired)), "eval_first_seed"].nunique() > 1:
             reasons.append(f"evaluation reset seeds differ ({per_algo('eval_first_seed', lambda x: f'{int(x)}+i')})")
         steps = g["env_steps"].to_numpy(dtype=float)
         if steps.min() <= 0 or steps.max() / steps.min() > BUDGET_RATIO:
@@ -646,6 +649,7 @@ def build_leaderboard(
     lambda_max: Mapping[str, float] | None = None,
     references: Collection[str] = (),
     evals: pd.DataFrame | None = None,
+    unpaired: Collection[str] = (),
 ) -> Leaderboard:
     """Metrics, shared rankings and the page's sections from a long table (``evals``: its
     runs' evaluation summaries when it holds only train rows, as a compact record does).
@@ -653,14 +657,15 @@ def build_leaderboard(
     ``lambda_in_reward_units`` and ``lambda_max`` (per algorithm, as its runs record them,
     ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class.
     ``references`` name reference policies (``constrained_grpo.references``): their rows are
-    shown under each task without a rank, and they take part in no comparison."""
+    shown under each task without a rank, and they take part in no comparison. ``unpaired``:
+    algorithms evaluated from a first reset seed of their own (``comparability``)."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
     runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max,
                        evals=evals)
     runs.insert(4, "reference", runs["algo"].isin(set(references)))
     ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
-    reasons_by_task = comparability(runs_ranked)
+    reasons_by_task = comparability(runs_ranked, unpaired)
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
         + (f" and {ref_runs['algo'].nunique()} reference policies." if len(ref_runs) else "."),

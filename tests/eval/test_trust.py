@@ -523,3 +523,90 @@ def test_the_board_folder_is_written_together_and_loses_its_stale_tables(toy_res
         cgrpo(["leaderboard", str(toy_results), "--out", str(out), "--quiet", "--tol", "0.2"])
     monkeypatch.undo()
     assert {p.name: p.read_bytes() for p in out.iterdir()} == state  # no temporary left either
+
+
+# ------------------------------------------- point 7: policy submissions re-evaluated by the maintainer
+
+
+PRIVATE = 7_777_777_777
+
+
+@pytest.fixture(scope="module")
+def agents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two saved cgrpo agents on the 3x3 grid (run folders as `cgrpo train` writes them),
+    evaluated on the public seeds by the harness."""
+    from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+
+    out = tmp_path_factory.mktemp("agents")
+    for seed in (0, 1):
+        spec = RunSpec(TASK, "cgrpo", seed, 600, None, {"num_groups": 2, "group_size": 4}, True)
+        assert execute_run(spec, out, meta=task_meta(TASK)).status == "done"
+    return out
+
+
+@pytest.fixture(scope="module")
+def toy_board(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The toy agent's runs at the same budget (600 steps), evaluated on the public seeds."""
+    from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
+
+    out = tmp_path_factory.mktemp("toy_board")
+    for seed in (0, 1):
+        assert execute_run(RunSpec(TASK, TOY, seed, 600, 13, {}, False), out, meta=task_meta(TASK)).status == "done"
+    return out
+
+
+def test_submitted_agents_are_re_evaluated_on_the_private_seed_and_ranked(agents, toy_board, tmp_path, capsys):
+    import json
+
+    out = tmp_path / "board"
+    code, text = _cli(capsys, "leaderboard", str(toy_board), "--reevaluate", str(agents), "--private-seed", str(PRIVATE),
+                      "--out", str(out), "--quiet")
+    assert code == 0, text
+    runs = pd.read_csv(out / "runs.csv")
+    mine = runs[runs["algo"] == "cgrpo"]
+    assert len(mine) == 2 and set(mine["evaluated_by"]) == {"maintainer-evaluated"} and mine["submitted"].all()
+    assert set(mine["eval_first_seed"]) == {PRIVATE} and set(mine["eval_episodes"]) == {6534}  # the task's plan
+    md = (out / "leaderboard.md").read_text()
+    assert "Submitted, maintainer-evaluated (re-evaluated by the maintainer on private reset seeds): cgrpo." in md
+    assert "NOT RANKED" not in md  # ranked with the board's runs (the rank test is unpaired)
+    # Provenance with every re-evaluated run; its episodes start at the private seed.
+    for seed in (0, 1):
+        run = out / "reevaluated" / TASK / "cgrpo" / f"seed_{seed}"
+        done = json.loads((run / "done.json").read_text())
+        assert done["submission"]["evaluated_by"] == "maintainer" and done["submission"]["versions"]["python"]
+        assert "git" in done["submission"] and done["eval"]["first_seed"] == PRIVATE
+        private = pd.read_csv(run / "eval.csv")
+        public = pd.read_csv(agents / TASK / "cgrpo" / f"seed_{seed}" / "eval.csv")
+        assert private["reset_seed"].min() == PRIVATE and public["reset_seed"].min() == 1_000_000
+        # Other episodes, the same policy: the private mean return lies within the 99.9% interval
+        # of the public one (two independent means: |difference| <= 3.29 x its standard error).
+        a = private.loc[private["policy"] == "sampled", "return"].to_numpy()
+        b = public.loc[public["policy"] == "sampled", "return"].to_numpy()
+        se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b))
+        assert abs(a.mean() - b.mean()) <= 3.29 * se + 1e-12, (a.mean(), b.mean(), se)
+
+
+@pytest.mark.parametrize("argv,pattern", [
+    ([], r"no private first seed: pass --private-seed N or set \$CGRPO_PRIVATE_SEED"),
+    (["--private-seed", "1000000"], r"private first seed 1000000 is within 1,000,000 of the public first seed 1,000,000"),
+    (["--private-seed", "5"], r"private first seed 5 is within 1,000,000 of the public first seed"),
+    (["--private-seed", "x1"], r"private first seed 'x1' is not a whole number"),
+])
+def test_the_private_seed_is_required_and_private(agents, toy_board, tmp_path, capsys, monkeypatch, argv, pattern):
+    monkeypatch.delenv("CGRPO_PRIVATE_SEED", raising=False)
+    out = tmp_path / "board"
+    line = _usage_error(capsys, ["leaderboard", str(toy_board), "--reevaluate", str(agents), "--out", str(out), *argv])
+    assert re.search(pattern, line), line
+    assert not out.exists()
+    # --out must not be the board's own folder (the re-evaluated runs would join its runs).
+    line = _usage_error(capsys, ["leaderboard", str(toy_board), "--reevaluate", str(agents), "--private-seed", str(PRIVATE)])
+    assert "give --out OUT, another folder than DIR" in line
+
+
+def test_a_run_without_a_saved_agent_is_refused(toy_results, toy_board, tmp_path, capsys):
+    out = tmp_path / "board"
+    code, text = _cli(capsys, "leaderboard", str(toy_board), "--reevaluate", str(toy_results), "--private-seed", str(PRIVATE),
+                      "--out", str(out), "--quiet")
+    assert code == 2 and "--reevaluate" in text and ("no saved agent" in text or "not registered" in text
+                                                     or "--import" in text), text
+    assert not (out / "reevaluated").exists()
