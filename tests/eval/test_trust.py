@@ -610,3 +610,26 @@ def test_a_run_without_a_saved_agent_is_refused(toy_results, toy_board, tmp_path
     assert code == 2 and "--reevaluate" in text and ("no saved agent" in text or "not registered" in text
                                                      or "--import" in text), text
     assert not (out / "reevaluated").exists()
+
+
+def test_the_issues_impossible_row_on_hazardfuel_is_refused_and_the_optimum_passes():
+    """Grid/HazardFuel-v0 (R* = 1.133 at hazard <= 0.1, fuel <= 12; unconstrained 1.5), 14,790
+    episodes: return 1.5 at zero cost is refused; the optimum's own numbers pass."""
+    from constrained_grpo.eval.scoring.loader import _check_summaries, registered_meta
+
+    meta = registered_meta("Grid/HazardFuel-v0")
+    assert math.isclose(meta.optimum_return, 1.1333333333333337)
+
+    def row(ret: float, hazard_events: int, fuel: float, fuel_ss: float) -> dict:
+        n = 14790
+        return {"task": meta.task, "algo": "x", "seed": 0, "policy": "sampled", "episodes": n, "return_mean": ret,
+                "mean_hazard": hazard_events / n, "ss_hazard": hazard_events * (1 - hazard_events / n),
+                "binary_hazard": True, "events_hazard": hazard_events, "finite_hazard": True,
+                "mean_fuel": fuel, "ss_fuel": fuel_ss, "binary_fuel": False, "events_fuel": 0, "finite_fuel": True}
+
+    # At zero fuel the most any policy earns is R* + lambda*_fuel (0 - 12) + ... = 0.625.
+    with pytest.raises(ResultsError, match=r"mean return 1\.5 over 14790 episodes \(lower bound 1\.477\) is above "
+                                           r"0\.6252, the most any policy"):
+        _check_summaries(pd.DataFrame([row(1.5, 0, 0.0, 0.0)]), {meta.task: meta}, "record.json")
+    # The optimum mixes the 9-step safe route and the 21-step gem route: fuel 12 on average.
+    _check_summaries(pd.DataFrame([row(1.133, 1479, 12.0, 14790 * 36.0)]), {meta.task: meta}, "record.json")
