@@ -799,6 +799,22 @@ def _check_summaries(summaries: pd.DataFrame, metas: Mapping[str, TaskMeta], sou
                     "limits); no policy can do that: pack the runs cgrpo evaluated")
 
 
+def _check_recorded_algos(algos: Mapping[str, Mapping[str, Any]], configs: Mapping[tuple[str, str, int], Any],
+                          source: str) -> None:
+    """A record's manifest says of each algorithm what its runs' ``config.json`` say (a
+    ranked algorithm re-sealed as a reference policy would leave the ranking unseen)."""
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    for (_, algo, _), (cfg, _) in configs.items():
+        runs.setdefault(algo, []).append(cfg.get("algo") or {} if isinstance(cfg, Mapping) else {})
+    for algo in sorted(set(algos) | set(runs)):
+        recorded = algos.get(algo, {})
+        for key in ("reference", "lambda_in_reward_units"):
+            says = all(bool(a.get(key, False)) for a in runs.get(algo, [{}]))
+            if bool(recorded.get(key, False)) != says:
+                raise ResultsError(f"{source}: algorithm {algo}: the manifest records {key}={bool(recorded.get(key, False))}, "
+                                   f"its runs' config.json {key}={says}; pack the record again from the runs")
+
+
 def check_recorded(tasks: Mapping[str, TaskMeta], table: pd.DataFrame, summaries: pd.DataFrame,
                    configs: Iterable[Mapping[str, Any]], source: str, *, allow_modified_tasks: bool = False
                    ) -> dict[str, tuple[str, ...]]:
@@ -809,6 +825,9 @@ def check_recorded(tasks: Mapping[str, TaskMeta], table: pd.DataFrame, summaries
     differs is refused naming the field and both values, unless ``allow_modified_tasks``:
     then it is returned, task -> the differences, for the page to say so."""
     _check_names([table, summaries], source)
+    train = table[table["kind"] == "train"]
+    _check_magnitudes(train.reset_index(drop=True), source)
+    _check_ranges(train.reset_index(drop=True), tasks, source)  # a record's train rows are checked nowhere else
     configs = list(configs)
     modified: dict[str, tuple[str, ...]] = {}
     for task in sorted(tasks):
@@ -876,6 +895,7 @@ def load_results(
         summaries = rec.evals if rec.evals is not None else eval_summaries(rec.table, rec.tasks)
         modified = check_recorded(rec.tasks, rec.table, summaries, (cfg for cfg, _ in rec.configs.values()),
                                   str(Path(root) / record.MANIFEST), allow_modified_tasks=allow_modified_tasks)
+        _check_recorded_algos(rec.algos, rec.configs, str(Path(root) / record.MANIFEST))
         return Results(rec.table, rec.tasks, summaries=rec.evals, modified=modified)
     runs = find_runs(root)
     records = sorted(p.parent for p in Path(root).rglob(record.MANIFEST) if not any(

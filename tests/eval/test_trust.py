@@ -633,3 +633,16 @@ def test_the_issues_impossible_row_on_hazardfuel_is_refused_and_the_optimum_pass
         _check_summaries(pd.DataFrame([row(1.5, 0, 0.0, 0.0)]), {meta.task: meta}, "record.json")
     # The optimum mixes the 9-step safe route and the 21-step gem route: fuel 12 on average.
     _check_summaries(pd.DataFrame([row(1.133, 1479, 12.0, 14790 * 36.0)]), {meta.task: meta}, "record.json")
+
+
+def test_a_resealed_record_with_impossible_train_rows_or_a_ranked_algorithm_made_a_reference_is_refused(
+        toy_record, tmp_path, capsys):
+    rec = record.load_record(toy_record)
+    table = rec.table.copy()
+    table.loc[table.index[0], "return"] = 100.0  # a 3x3 episode earns at most 1.5
+    bad = reseal(toy_record, tmp_path / "rows", table=table)
+    _refused_on_load(bad, r"column 'return' row 0 has 100\.0, outside \[0, 1\.5\]", capsys, tmp_path / "a")
+    algos = {a: {**p, "reference": a == TOY} for a, p in rec.algos.items()}
+    bad = reseal(toy_record, tmp_path / "algos", algos=algos)
+    _refused_on_load(bad, rf"algorithm {re.escape(TOY)}: the manifest records reference=True, its runs' config\.json "
+                          r"reference=False", capsys, tmp_path / "b")
