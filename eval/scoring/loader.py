@@ -1191,7 +1191,8 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
     """The rules a submission's evaluation episodes must meet beyond the schema:
 
     - paired: each run's episodes of a policy are ``reset_seed = s_0 + episode`` for one
-      first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired);
+      first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired), and
+      they are episodes 0 to n - 1 (a selection of the best episodes keeps their indices);
     - independent: no two seeds of an algorithm hold identical evaluation rows (one run copied);
     - possible episodes: on a task whose family checks them (``Family.episode_check``), every
       episode's return, length and costs are an outcome of the task (``possible_episodes``);
@@ -1207,6 +1208,10 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
         if not np.isfinite(seeds).all() or len(np.unique(seeds - episodes)) != 1:
             raise ResultsError(f"{where}: reset_seed must be first_seed + episode for every episode (the harness's "
                                "paired protocol); give the episodes cgrpo evaluated, not a selection")
+        if not np.array_equal(np.sort(episodes), np.arange(len(episodes))):
+            gap = int(np.setdiff1d(np.arange(len(episodes)), episodes)[0])
+            raise ResultsError(f"{where}: episodes must be 0, 1, ..., {len(episodes) - 1} (every episode evaluated, in "
+                               f"order); episode {gap} is missing: give the episodes cgrpo evaluated, not a selection")
     for task, g in ev.groupby("task", sort=True):
         _check_possible_episodes(str(task), g, metas[task] if task in metas else None, source)
     # A copy: the same evaluation episodes under two seeds. Seeds that converge to one

@@ -646,3 +646,12 @@ def test_a_resealed_record_with_impossible_train_rows_or_a_ranked_algorithm_made
     bad = reseal(toy_record, tmp_path / "algos", algos=algos)
     _refused_on_load(bad, rf"algorithm {re.escape(TOY)}: the manifest records reference=True, its runs' config\.json "
                           r"reference=False", capsys, tmp_path / "b")
+
+
+def test_a_selection_of_episodes_with_their_own_indices_is_refused(fresh, tmp_path):
+    # Every other evaluation episode (0, 2, 4, ...): paired seeds, but a selection.
+    picked = fresh[(fresh["kind"] == "train") | (fresh["episode"] % 2 == 0)]
+    with pytest.raises(ResultsError, match=r"episodes must be 0, 1, \.\.\., 6 \(every episode evaluated, in order\); "
+                                           r"episode 1 is missing") as err:
+        check_submission(_csv(picked, tmp_path / "picked.csv"))
+    _one_line(err)
