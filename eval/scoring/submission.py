@@ -6,7 +6,7 @@
   schema, names, possible episodes, paired reset seeds, no seed copied to another);
 - the protocol of the board it joins, per task: at least as many seeds per algorithm as the
   board's algorithms have (10 on the standard board) and at least as many evaluation
-  episodes per policy as the board's runs (the task's plan), read from the board's own runs;
+  episodes per policy as every run of the board has (the task's plan), read from its runs;
 - rankable with the board (``leaderboard.comparability``: the same evaluated policies and
   first reset seed, budgets within ``BUDGET_RATIO``);
 - no run whose evaluation equals a run of another algorithm, in the submission or on the
@@ -51,12 +51,14 @@ def _summaries(table: pd.DataFrame, evals: pd.DataFrame | None, tasks: Mapping[s
 
 def board_protocol(summaries: pd.DataFrame, references: Collection[str] = ()) -> dict[str, tuple[int, dict[str, int]]]:
     """Per task, what the board's ranked algorithms were run with: the most seeds of one
-    algorithm, and per evaluated policy the most evaluation episodes of one run."""
+    algorithm, and per evaluated policy the fewest evaluation episodes of one run (a run's
+    plan grows with its costs' spread beyond what its limits need, section 3 of
+    docs/benchmark.md: the fewest is what every run of the task was owed)."""
     own = summaries[~summaries["algo"].isin(set(references))]
     out: dict[str, tuple[int, dict[str, int]]] = {}
     for task, g in own.groupby("task", sort=True):
         seeds = int(g.groupby("algo")["seed"].nunique().max())
-        episodes = {str(p): int(e) for p, e in g.groupby("policy")["episodes"].max().items()}
+        episodes = {str(p): int(e) for p, e in g.groupby("policy")["episodes"].min().items()}
         out[str(task)] = (seeds, episodes)
     return out
 
