@@ -8,7 +8,8 @@
     cgrpo train TASK ALGO [--seed N --steps N --out DIR --config.FIELD VALUE ...]
     cgrpo bench [--preset quick|standard|paper --tasks ... --algos ... --seeds N --steps N
                  --backend local|ray --workers N --out DIR --ray-address ADDR]
-    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR]
+    cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR] [--allow-modified-tasks]
+    cgrpo leaderboard DIR --reevaluate RUNS --private-seed N --out DIR   maintainer: evaluate submitted agents
     cgrpo plot DIR [--out DIR]
     cgrpo eval RUN_DIR [--episodes N]   re-evaluate a saved agent with the harness protocol
     cgrpo render RUN_DIR --out FILE.gif [--sampled --seed N]   replay one episode as a GIF
