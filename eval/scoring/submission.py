@@ -14,8 +14,9 @@
   them: :func:`~constrained_grpo.eval.scoring.metrics.eval_summaries`).
 
 Seeds that converge to one deterministic policy do evaluate identically (on the standard
-board, trpo-lag's on Grid/HazardFuel-v0 in 4 of 10 seeds, saute-ppo's on
-Grid/HazardFuel3x3-v0 in all 10): a self-reported table cannot tell that from a copy, so it is
+board, 9 of trpo-lag's 10 seeds on Grid/HazardFuel-v0 share their evaluation with another seed,
+in groups of 5, 2 and 2; saute-ppo's 10 seeds on Grid/HazardFuel3x3-v0 all evaluate alike): a
+self-reported table cannot tell that from a copy, so it is
 refused, and such policies are ranked by re-evaluating them (``cgrpo leaderboard DIR
 --reevaluate RUNS``, docs/benchmark.md section 7).
 """
