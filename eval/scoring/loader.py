@@ -804,8 +804,11 @@ def _check_recorded_algos(algos: Mapping[str, Mapping[str, Any]], configs: Mappi
     """A record's manifest says of each algorithm what its runs' ``config.json`` say (a
     ranked algorithm re-sealed as a reference policy would leave the ranking unseen)."""
     runs: dict[str, list[Mapping[str, Any]]] = {}
-    for (_, algo, _), (cfg, _) in configs.items():
+    bounds: dict[str, set[Any]] = {}
+    for (_, algo, _), (cfg, done) in configs.items():
         runs.setdefault(algo, []).append(cfg.get("algo") or {} if isinstance(cfg, Mapping) else {})
+        bound = done.get("lambda_max") if isinstance(done, Mapping) else None
+        bounds.setdefault(algo, set()).add(float(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else None)
     for algo in sorted(set(algos) | set(runs)):
         recorded = algos.get(algo, {})
         for key in ("reference", "lambda_in_reward_units"):
@@ -813,6 +816,11 @@ def _check_recorded_algos(algos: Mapping[str, Mapping[str, Any]], configs: Mappi
             if bool(recorded.get(key, False)) != says:
                 raise ResultsError(f"{source}: algorithm {algo}: the manifest records {key}={bool(recorded.get(key, False))}, "
                                    f"its runs' config.json {key}={says}; pack the record again from the runs")
+        seen = bounds.get(algo, {None})
+        says = next(iter(seen)) if len(seen) == 1 else None  # as algo_properties: one bound for every run, else none
+        if recorded.get("lambda_max") != says:
+            raise ResultsError(f"{source}: algorithm {algo}: the manifest records lambda_max={recorded.get('lambda_max')!r}, "
+                               f"its runs' done.json {says!r}; pack the record again from the runs")
 
 
 def check_recorded(tasks: Mapping[str, TaskMeta], table: pd.DataFrame, summaries: pd.DataFrame,

@@ -646,6 +646,9 @@ def test_a_resealed_record_with_impossible_train_rows_or_a_ranked_algorithm_made
     bad = reseal(toy_record, tmp_path / "algos", algos=algos)
     _refused_on_load(bad, rf"algorithm {re.escape(TOY)}: the manifest records reference=True, its runs' config\.json "
                           r"reference=False", capsys, tmp_path / "b")
+    algos = {a: {**p, "lambda_max": 1.0} for a, p in rec.algos.items()}  # the "at bound" class read against 1
+    bad = reseal(toy_record, tmp_path / "bound", algos=algos)
+    _refused_on_load(bad, r"the manifest records lambda_max=1\.0, its runs' done\.json None", capsys, tmp_path / "c")
 
 
 def test_a_selection_of_episodes_with_their_own_indices_is_refused(fresh, tmp_path):
