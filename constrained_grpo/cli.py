@@ -9,6 +9,8 @@
     cgrpo bench [--preset quick|standard|paper --tasks ... --algos ... --seeds N --steps N
                  --backend local|ray --workers N --out DIR --ray-address ADDR]
     cgrpo leaderboard DIR [--check FILE] [--add FILE ...] [--out DIR] [--algos A ... --tasks T ... --highlight A]
+                          [--allow-modified-tasks]
+    cgrpo leaderboard DIR --reevaluate RUNS --private-seed N --out DIR   maintainer: evaluate submitted agents
     cgrpo plot DIR [--out DIR] [--add FILE ...] [--algos A ... --tasks T ... --highlight A]
     cgrpo eval RUN_DIR [--episodes N]   re-evaluate a saved agent with the harness protocol
     cgrpo render RUN_DIR --out FILE.gif [--sampled --seed N]   replay one episode as a GIF
@@ -114,14 +116,25 @@ def _whole(text: str) -> int:
     return int(value)
 
 
+#: Seeds are stored as int64 (the long table, ``config.json``): a seed is in [0, 2^63).
+SEED_LIMIT = 2**63
+#: The most seeds one sweep expands (a range is held in memory as its seeds).
+MAX_SEEDS = 100_000
+
+
 def _seeds(text: str) -> int | tuple[int, ...]:
     """``--seeds``: a count ``N`` (seeds 0..N-1), a range ``A-B`` (A..B, both included) or a
-    list ``A,B,C``."""
+    list ``A,B,C``; at most :data:`MAX_SEEDS` seeds, each below :data:`SEED_LIMIT`."""
     span = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", text)
     if span:
         first, last = int(span[1]), int(span[2])
         if last < first:
             raise argparse.ArgumentTypeError(f"--seeds {text}: the range ends before it starts; write A-B with A <= B")
+        if last >= SEED_LIMIT:
+            raise argparse.ArgumentTypeError(f"--seeds {text}: seed {last} is beyond the largest, 2^63 - 1; give seeds below it")
+        if last - first + 1 > MAX_SEEDS:
+            raise argparse.ArgumentTypeError(f"--seeds {text}: {last - first + 1:,} seeds, at most {MAX_SEEDS:,} in one "
+                                             "sweep; give a smaller range")
         return tuple(range(first, last + 1))
     try:
         if "," not in text:
@@ -129,8 +142,10 @@ def _seeds(text: str) -> int | tuple[int, ...]:
         seeds = tuple(_whole(part) for part in text.split(",") if part.strip())
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: give a count (10), a range (100-109) or a list (0,3,7)") from None
-    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0")
+    if not seeds or any(s < 0 or s >= SEED_LIMIT for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: seeds are distinct whole numbers >= 0, below 2^63")
+    if len(seeds) > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"--seeds: {len(seeds):,} seeds, at most {MAX_SEEDS:,} in one sweep")
     return seeds
 
 
@@ -203,6 +218,13 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--out", type=Path, default=None, help="output folder (default DIR)")
     lb.add_argument("--tol", type=float, default=None, help="feasibility tolerance on normalised violation (default 0.1)")
     lb.add_argument("--allow-incomplete", action="store_true", help="rank the complete runs, list the others")
+    lb.add_argument("--reevaluate", type=Path, nargs="+", default=[], metavar="RUNS",
+                    help="maintainer: evaluate the saved agents of the run folders under RUNS (cgrpo train's) from the "
+                    "private first seed, write them under OUT/reevaluated and rank them (user code only under --import)")
+    lb.add_argument("--private-seed", default=None, metavar="N",
+                    help="the private first reset seed of --reevaluate (default $CGRPO_PRIVATE_SEED; keep it private)")
+    lb.add_argument("--allow-modified-tasks", action="store_true",
+                    help="rank runs whose task settings (limits, R*, plan) differ from the registered task's; the page says so")
     lb.add_argument("--table", action="store_true",
                     help="also write OUT/results.csv, the long table with every iteration and evaluation episode "
                          "(of a compact record: OUT/train.csv and OUT/evals.csv, its train rows and evaluation summaries)")
@@ -266,6 +288,24 @@ def _writable_dir(path: Path, option: str) -> None:
         raise CliError(f"{option} {path} is not a writable folder ({err.strerror or err}); choose another one") from None
 
 
+def _check_ray_address(address: str, timeout_s: float = 3.0) -> None:
+    """A Ray cluster's ``HOST:PORT`` (or ``ray://HOST:PORT``) that answers a TCP connection
+    within ``timeout_s``, or a one-line error: Ray itself retries an unreachable address for
+    minutes."""
+    import socket
+
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise CliError(f"--ray-address {address}: give the cluster's HOST:PORT (e.g. 10.0.0.5:6379), 'auto', or leave it "
+                       "out to start a local cluster")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as err:
+        raise CliError(f"--ray-address {address}: nothing answers at {host}:{port} ({err.strerror or err}); start the "
+                       "cluster (`ray start --head`) or leave --ray-address out to start a local one") from None
+
+
 def _resolve(algo: str, task: str, config: dict[str, Any]) -> "ResolvedConfig":
     """The run's whole configuration (``registry.resolve``), or a one-line error
     naming the option, before any folder is made or any run starts."""
@@ -291,16 +331,24 @@ def _check_args(args: argparse.Namespace) -> None:
         if value is not None and value < low:
             raise CliError(f"{option} must be >= {low}, got {value}")
 
+    def below(option: str, value: int | None, high: int, what: str) -> None:
+        if value is not None and value >= high:
+            raise CliError(f"{option} {value} is beyond {what}; give a smaller one")
+
     if args.command == "check":
         at_least("--steps", args.steps, 1)
     if args.command == "train":
         at_least("--seed", args.seed, 0)
+        below("--seed", args.seed, SEED_LIMIT, "the largest seed, 2^63 - 1 (seeds are stored as int64)")
         at_least("--steps", args.steps, 1)
         at_least("--eval-episodes", args.eval_episodes, 1)
         _writable_dir(args.out, "--out")
     if args.command == "bench":
         if isinstance(args.seeds, int):  # a list or a range was checked as it was parsed
             at_least("--seeds", args.seeds, 1)
+            below("--seeds", args.seeds, MAX_SEEDS + 1, f"the most seeds of one sweep, {MAX_SEEDS:,}")
+        if args.backend == "ray" and args.ray_address not in (None, "auto", "local"):
+            _check_ray_address(args.ray_address)
         at_least("--steps", args.steps, 1)
         at_least("--eval-episodes", args.eval_episodes, 1)
         at_least("--workers", args.workers, 1)
@@ -326,6 +374,21 @@ def _check_args(args: argparse.Namespace) -> None:
                     raise CliError(f"{option} {file} does not exist; give the submission's CSV file")
         if args.out is not None and getattr(args, "check", None) is None:
             _writable_dir(args.out, "--out")
+        for folder in getattr(args, "reevaluate", None) or []:
+            if not folder.is_dir():
+                raise CliError(f"--reevaluate {folder} is not a folder; give the folder holding the submitted run folders")
+        if getattr(args, "reevaluate", None):
+            if args.check is not None:
+                raise CliError("--reevaluate ranks the re-evaluated runs; leave out --check")
+            if args.out is None or args.out.resolve() == (args.dir.parent if args.dir.is_file() else args.dir).resolve():
+                raise CliError("--reevaluate writes the re-evaluated runs under OUT/reevaluated, which must not be "
+                               "among the board's runs: give --out OUT, another folder than DIR")
+            from constrained_grpo.eval.maintainer import MaintainerError, private_first_seed
+
+            try:
+                private_first_seed(args.private_seed)
+            except MaintainerError as err:
+                raise CliError(f"--reevaluate: {err}") from None
     if args.command in ("eval", "render"):
         at_least("--episodes", getattr(args, "episodes", None), 1)
         at_least("--max-steps", getattr(args, "max_steps", None), 1)
@@ -753,14 +816,17 @@ def _cmd_bench(args: argparse.Namespace, config: dict[str, Any]) -> int:
     return 0 if report.ok else 1
 
 
-def _load(path: Path, allow_incomplete: bool) -> tuple[Any, dict[str, Any], Any]:
+def _load(path: Path, allow_incomplete: bool, modified: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any], Any]:
     """``(table, tasks, summaries)``: a long table (a CSV file or the runs under a folder),
-    and its evaluation summaries when it holds only train rows (a compact record), else None."""
+    and its evaluation summaries when it holds only train rows (a compact record), else None.
+    ``modified``: where given, runs on other task settings are allowed and listed in it."""
     from constrained_grpo.eval.scoring.loader import load_results, read_table_csv, validate_table
 
     if path.is_file():
         return (*validate_table(read_table_csv(path), source=str(path)), None)
-    results = load_results(path, allow_incomplete=allow_incomplete)
+    results = load_results(path, allow_incomplete=allow_incomplete, allow_modified_tasks=modified is not None)
+    if modified is not None:
+        modified.update(results.modified)
     if results.incomplete:
         print(f"warning: left out {len(results.incomplete)} incomplete run(s): "
               + ", ".join(str(p) for p in results.incomplete), file=sys.stderr)
@@ -772,6 +838,17 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     from constrained_grpo.eval.scoring.loader import algo_properties
 
     return {} if path.is_file() else algo_properties(path)
+
+
+def _remove_stale_tables(out: Path, written: Sequence[Path], source: Path) -> None:
+    """The long tables an earlier ``--table`` wrote beside a board (``results.csv``, or a
+    record's ``train.csv`` and ``evals.csv``) that this build did not write: they would
+    describe other runs than the board beside them. Never the input itself."""
+    for name in ("results.csv", "train.csv", "evals.csv"):
+        path = out / name
+        if path in written or not path.is_file() or path.resolve() == source.resolve():
+            continue
+        path.unlink()
 
 
 def _with_submissions(files: Sequence[Path], table: Any, tasks: dict[str, Any], evals: Any,
@@ -837,22 +914,59 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
               f"algorithms {sorted(table['algo'].unique())}")
         return 0
 
-    table, tasks, evals = _load(args.dir, args.allow_incomplete)
+    modified: dict[str, Any] | None = {} if args.allow_modified_tasks else None
+    table, tasks, evals = _load(args.dir, args.allow_incomplete, modified)
     props = _algo_properties(args.dir)
+    maintainer: set[str] = set()
+    for runs in args.reevaluate:  # the maintainer's evaluation of submitted agents, from the private seed
+        import pandas as pd
+
+        from constrained_grpo.eval.maintainer import MaintainerError, private_first_seed, reevaluate_submission
+        from constrained_grpo.eval.scoring.loader import load_results, validate_table
+
+        out_dir = args.out / "reevaluated"
+        try:
+            folders = reevaluate_submission(runs, out_dir, private_first_seed(args.private_seed), _trusted_modules(args))
+        except MaintainerError as err:
+            raise CliError(f"--reevaluate {runs}: {err}") from None
+        fresh = load_results(out_dir).table
+        names = {str(cfg_algo) for cfg_algo in fresh["algo"].unique()}
+        taken = sorted(names & set(table["algo"]))
+        if taken:
+            raise CliError(f"--reevaluate {runs}: algorithm {taken[0]} is on the board already; submit it under a new name")
+        if evals is None:
+            table, tasks = validate_table(pd.concat([table, fresh], ignore_index=True), {**tasks}, source=str(out_dir))
+        else:
+            from constrained_grpo.eval.scoring.loader import join_summarised
+
+            table, tasks, evals = join_summarised(table, tasks, evals, fresh, tasks)
+        maintainer |= names
+        print(f"re-evaluated {len(folders)} run(s) of {sorted(names)} into {out_dir}", file=sys.stderr)
     table, tasks, evals, added = _with_submissions(args.add, table, tasks, evals, props)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
-                           references=[a for a, p in props.items() if p.get("reference")])
+                           references=[a for a, p in props.items() if p.get("reference")], unpaired=maintainer)
     _focus_names(args, set(lb.runs["algo"].astype(str)), set(lb.runs["task"].astype(str)))
     lb = replace(lb, highlight=args.highlight)  # the page draws it apart; the files hold the whole board
-    refused = {t: r for t, r in lb.not_ranked.items() if added & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
+    refused = {t: r for t, r in lb.not_ranked.items() if (added | maintainer) & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))
+    if added or maintainer:  # the page and runs.csv say who evaluated the submitted rows
+        from constrained_grpo.eval.scoring.submission import MAINTAINER, SELF_REPORTED, mark_submitted
+
+        lb = mark_submitted(lb, {**{a: SELF_REPORTED for a in added}, **{a: MAINTAINER for a in maintainer}})
+    if modified:  # ranked on other settings than the registered tasks' (--allow-modified-tasks)
+        from constrained_grpo.eval.scoring.submission import mark_modified
+
+        lb = mark_modified(lb, modified)
     out = args.out if args.out is not None else (args.dir.parent if args.dir.is_file() else args.dir)
     # A CSV input is the long table already: do not rewrite it beside the leaderboard.
+    had_board = (out / "leaderboard.md").is_file()
     paths = write_leaderboard(lb, out, table=table if args.table and not args.dir.is_file() else None, evals=evals)
+    if had_board:  # tables an earlier build wrote here, not a file of the user's
+        _remove_stale_tables(out, paths, args.dir)
     figures = sorted(f"plots/{p.name}" for p in (out / "plots").glob("*.png")) if (out / "plots").is_dir() else []
     if figures:  # `cgrpo plot` wrote figures beside it: the page links them (relative paths)
         from constrained_grpo.eval import storage

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write_bytes", "atomic_write_csv", "atomic_write_text", "csv_columns"]
+__all__ = ["atomic_write_bytes", "atomic_write_csv", "atomic_write_many", "atomic_write_text", "csv_columns"]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = True) -> None:
@@ -30,6 +30,30 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, fsync: bool = True) -> 
             fh.flush()
             os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def atomic_write_many(files: Mapping[Path, bytes | str]) -> None:
+    """Write several files that belong together: every one to its hidden temporary file
+    first (fsynced), then all renamed into place in one burst, so that no old file sits
+    beside a new one while the slow part (writing) runs; a failure before the renames leaves
+    every old file and no temporary."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            staged.append((tmp, path))
+            with open(tmp, "wb") as fh:
+                fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                fh.flush()
+                os.fsync(fh.fileno())
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
 
 
 def atomic_write_text(path: str | Path, text: str, *, fsync: bool = True) -> None:

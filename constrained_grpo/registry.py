@@ -412,6 +412,7 @@ def resolve(name: str, env_id: str, **config: Any) -> ResolvedConfig:
     merged = merge_options(spec.defaults, config)
     if isinstance(factory, ConfiguredFactory):
         return ResolvedConfig(name, env_id, dict(factory.resolve_config(env_id, **merged)))
+    _check_options(name, factory, env_id, merged)
     return ResolvedConfig(name, env_id, {"kind": "custom", "config": merged})
 
 
@@ -435,6 +436,22 @@ def make_agent(name: str, env_id: str, seed: int = 0, **config: Any) -> Agent:
 def resolve_config(name: str, env_id: str, **config: Any) -> dict[str, Any]:
     """:func:`resolve` as plain JSON values (what ``cgrpo algos NAME --task ID`` prints)."""
     return resolve(name, env_id, **config).to_dict()
+
+
+def _check_options(name: str, factory: Any, env_id: str, options: Mapping[str, Any]) -> None:
+    """The options bound to the factory's signature as :func:`build_agent` calls it, or a
+    one-line ``ValueError`` naming the option and the ones it takes (a factory without
+    ``resolve_config``, e.g. a user's ``module:Class``; one taking ``**kwargs`` is not checked)."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # a builtin or a C callable: nothing to read
+        return
+    try:
+        signature.bind(env_id, seed=0, **options)
+    except TypeError as err:
+        takes = [p for p in signature.parameters if p not in ("self", "env_id", "seed")
+                 and signature.parameters[p].kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+        raise ValueError(f"{name}: {err}; it takes {takes}") from None
 
 
 def validate_log_record(record: Mapping[str, Any], num_constraints: int | None = None) -> None:

@@ -11,12 +11,15 @@ Light at import (gymnasium and the standard library only): the read side may use
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import gymnasium as gym
+import numpy as np
 
-__all__ = ["ALGO_FAMILIES", "Binding", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
+__all__ = ["ALGO_FAMILIES", "Binding", "EpisodeReturns", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
 
 #: The algorithm families a task family gives default settings to: the GRPO agents
 #: (:mod:`constrained_grpo.agents`) and the stable-baselines3 baselines.
@@ -82,6 +85,67 @@ class Binding:
 
 
 @dataclass(frozen=True)
+class EpisodeReturns:
+    """What one episode's return can be, declared without building the env.
+
+    An episode of ``T`` steps (``1 <= T <= horizon``) returns ``R`` with
+    ``step[0] T + episode[0] <= R <= step[1] T + episode[1]``: a per-step reward in ``step``
+    plus a once-per-episode term in ``episode``. Without a horizon the recorded length is not
+    checked (a text task records tokens), so only ``step = (0, 0)`` bounds ``R`` then.
+    ``bounded=False``: the family declares no range, and ``rule`` says why.
+
+    Attributes:
+        step: (low, high) of one step's reward.
+        episode: (low, high) of what an episode earns once, besides its steps.
+        horizon: the most steps of an episode (None: not declared).
+        rule: the rule in words, with the task's numbers.
+        bounded: False where no range is declared.
+    """
+
+    step: tuple[float, float] = (0.0, 0.0)
+    episode: tuple[float, float] = (0.0, 0.0)
+    horizon: int | None = None
+    rule: str = ""
+    bounded: bool = True
+
+    @classmethod
+    def unbounded(cls, why: str) -> "EpisodeReturns":
+        """No declared range, and why."""
+        return cls(rule=why, bounded=False)
+
+    def return_range(self) -> tuple[float, float] | None:
+        """(low, high) over every possible length (None: unbounded or no horizon): a bound on
+        any mean of episodes, e.g. a training iteration's."""
+        if not self.bounded:
+            return None
+        if self.step == (0.0, 0.0):
+            return self.episode
+        if self.horizon is None:
+            return None
+        ends = [self.step[i] * t + self.episode[i] for i in (0, 1) for t in (1, self.horizon)]
+        return min(ends[:2]), max(ends[2:])
+
+    def possible(self, returns: Any, lengths: Any) -> np.ndarray:
+        """Per episode, whether its return and length (NaN: unknown, taken at its worst) can happen."""
+        r = np.asarray(returns, dtype=float)
+        if not self.bounded:
+            return np.ones(r.shape, dtype=bool)
+        t = np.asarray(lengths, dtype=float) if lengths is not None else np.full(r.shape, np.nan)
+        if self.horizon is None:  # lengths in other units: only a length-free range applies
+            t = np.full(r.shape, np.nan)
+        known = ~np.isnan(t)
+        ok = ~known | ((t == np.round(t)) & (t >= 1) & (t <= (self.horizon or 0)))
+        # An unknown length: the widest range over 1..horizon (unbounded without a horizon).
+        span = self.return_range()
+        lo_unknown, hi_unknown = span if span is not None else (-math.inf, math.inf)
+        tt = np.where(known, t, 1.0)
+        lo = np.where(known, self.step[0] * tt + self.episode[0], lo_unknown)
+        hi = np.where(known, self.step[1] * tt + self.episode[1], hi_unknown)
+        tol = 1e-9 * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+        return ok & (r >= lo - tol) & (r <= hi + tol)
+
+
+@dataclass(frozen=True)
 class Family:
     """The facts every task of a family shares.
 
@@ -103,6 +167,12 @@ class Family:
             values name code to import or a program to start; ``cgrpo eval``/``render`` refuse
             a run directory that sets them otherwise than the task registers them.
         binding: what shows that its tasks' limits bind (:class:`Binding`; None: not declared).
+        episode_returns: ``f(task kwargs) -> EpisodeReturns``, what one episode's return can
+            be given its length, declared without building the env (the families without
+            ``return_bounds``); the loader refuses a loaded or submitted episode outside it.
+        optima: per registered task id, its exact optimum as ``TaskMeta.to_dict()["optimum"]``
+            holds it, solved once and kept: the loader compares a record's with it without
+            solving the task's LP again (a task not listed is solved when needed).
     """
 
     name: str
@@ -115,6 +185,8 @@ class Family:
     episode_check: bool = False
     code_options: tuple[str, ...] = ()
     binding: Binding | None = None
+    episode_returns: Callable[[Mapping[str, Any]], EpisodeReturns] | None = None
+    optima: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.defaults) - set(ALGO_FAMILIES))

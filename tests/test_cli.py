@@ -117,13 +117,16 @@ def test_leaderboard_and_check(bench_dir: Path, tmp_path: Path):
     md = (bench_dir / "leaderboard.md").read_text()
     assert md + "\n" == r.stdout or md == r.stdout.rstrip("\n") or md.strip() == r.stdout.strip()
     assert (bench_dir / "leaderboard.html").read_text().startswith("<!DOCTYPE html>")
-    # The results' own runs clash with themselves (the rule --add applies); renamed, they pass.
+    # The results' own runs clash with themselves (the rule --add applies); renamed, they are
+    # a copy under a second name (issue 54); checked alone, the renamed table is valid.
     clash = cgrpo("leaderboard", str(bench_dir), "--check", str(bench_dir / "results.csv"))
     assert clash.returncode == 1 and "in the results already" in clash.stdout, clash.stdout + clash.stderr
     renamed = tmp_path / "renamed.csv"
     table = pd.read_csv(bench_dir / "results.csv")
     table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False)).to_csv(renamed, index=False)
-    ok = cgrpo("leaderboard", str(bench_dir), "--check", str(renamed))
+    copy = cgrpo("leaderboard", str(bench_dir), "--check", str(renamed))
+    assert copy.returncode == 1 and "same evaluation episodes as" in copy.stdout, copy.stdout + copy.stderr
+    ok = cgrpo("leaderboard", str(tmp_path / "no-board"), "--check", str(renamed))
     assert ok.returncode == 0 and ok.stdout.startswith("OK"), ok.stdout + ok.stderr
     bad = tmp_path / "bad.csv"
     pd.read_csv(bench_dir / "results.csv").drop(columns=["kind"]).to_csv(bad, index=False)

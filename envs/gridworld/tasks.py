@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from constrained_grpo.envs.gridworld.optima import REGISTERED_OPTIMA
 from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
 
 __all__ = ["GRIDWORLD", "GRID_TASKS"]
@@ -42,6 +43,7 @@ GRIDWORLD = Family(
     # Binding: the exact optimum decides (the unconstrained optimum breaks a limit, the
     # constrained one keeps them), and the recorded unconstrained learners and references agree.
     binding=Binding(unconstrained=("ref-unconstrained", "ppo", "grpo"), keepers=("ref-optimal",), exact=True),
+    optima=REGISTERED_OPTIMA,
 )
 
 

@@ -9,18 +9,58 @@ limits={"collision": 0.05})``.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 from constrained_grpo.envs.highway.options import SCENARIOS, HighwayOptions
-from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EpisodeReturns, EvalPlan, Family, TaskInfo
 
-__all__ = ["HIGHWAY", "HIGHWAY_TASKS"]
+__all__ = ["HIGHWAY", "HIGHWAY_TASKS", "episode_returns"]
 
 _ENV = "constrained_grpo.envs.highway.env:HighwayTaskEnv"
 _VEC = "constrained_grpo.envs.highway.vector:HighwayVectorEnv"
 #: The straight highway's vector env: the batched simulator (falls back to ``_VEC`` for
 #: settings it does not cover, e.g. highway-env config overrides).
 _BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
+
+
+#: One step's reward per scenario under highway-env's reward settings with ``collision_reward
+#: = 0`` (env.py): the straight highway's ``(0.1 lane + 0.4 speed) / 0.5`` (both terms in
+#: [0, 1], normalised) times ``on_road``; the roundabout's ``(0.2 speed - 0.05 lane change) / 0.2``
+#: times ``on_road``; the intersection's ``speed`` in [0, 1], or 1 on arrival, times ``on_road``
+#: (not normalised). The merge's speed term is not clipped and its altruistic penalty sums over
+#: the merging vehicles: no per-step bound.
+_STEP_REWARD: dict[str, tuple[float, float]] = {"highway": (0.0, 1.0), "roundabout": (-0.25, 1.0), "intersection": (0.0, 1.0)}
+
+
+def episode_returns(kwargs: Mapping[str, Any]) -> EpisodeReturns:
+    """What one episode of the highway task with constructor ``kwargs`` can return: at most
+    ``T`` steps of :data:`_STEP_REWARD`, ``T <= ceil(duration x policy_frequency)`` (one more
+    when ``1 / policy_frequency`` is not a whole number of seconds: highway-env's clock sums it).
+    Unbounded for the merge and for a ``config`` that changes highway-env's reward settings."""
+    scenario = str(kwargs.get("scenario", "highway"))
+    config = dict(kwargs.get("config") or {})
+    changed = sorted(k for k in config if "reward" in str(k))
+    if changed:
+        return EpisodeReturns.unbounded(f"its config changes highway-env's reward settings {changed}")
+    if scenario not in _STEP_REWARD:
+        return EpisodeReturns.unbounded(f"highway-env's {scenario} reward has an unclipped speed term and a penalty "
+                                        "summed over the merging vehicles")
+    horizon = None
+    try:  # highway-env's defaults give the duration (the read side runs without highway-env)
+        from constrained_grpo.envs.highway.scenarios import SIMS
+
+        defaults = SIMS[scenario].default_config()
+        duration = float(config.get("duration", defaults["duration"]))
+        frequency = int(config.get("policy_frequency", defaults["policy_frequency"]))
+        horizon = math.ceil(round(duration * frequency, 9)) + (0 if frequency == 1 else 1)
+    except ImportError:
+        pass
+    low, high = _STEP_REWARD[scenario]
+    steps = f"at most {horizon} steps" if horizon is not None else "its steps"
+    return EpisodeReturns((low, high), horizon=horizon,
+                          rule=f"an episode of {steps} earns between {low:g} and {high:g} per step")
 
 
 #: The highway family's facts. ``eval``: the straight highway evaluates on the batched
@@ -30,7 +70,7 @@ _BATCHED_VEC = "constrained_grpo.envs.highway.batched:make_highway_vector_env"
 #: straight highway's observation only, so only those tasks run it. highway-env imports the
 #: traffic's class from ``config["other_vehicles_type"]`` (``code_options``).
 HIGHWAY = Family("highway", EvalPlan(power=0.95, cap=20_000, pilot=1_000), references=("ref-random",), extra="highway",
-                 code_options=("config.other_vehicles_type",))
+                 code_options=("config.other_vehicles_type",), episode_returns=episode_returns)
 _STRAIGHT_REFERENCES = ("ref-random", "ref-safe-driver")
 #: Binding on the straight highway: the unconstrained learners of both families (their
 #: recorded runs) must break a limit; the scripted safe driver must keep every limit.

@@ -8,9 +8,10 @@ them with ``gymnasium.make(id, limits={"length": 0.2})``.
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Mapping
 from typing import Any
 
-from constrained_grpo.envs.registration import Binding, EvalPlan, Family, TaskInfo
+from constrained_grpo.envs.registration import Binding, EpisodeReturns, EvalPlan, Family, TaskInfo
 
 __all__ = ["BUILTIN_MATH", "BUILTIN_MATH_TASKS", "MATH", "MATH_TASKS", "REASONING_GYM_TASKS"]
 
@@ -21,13 +22,20 @@ _MATH = "constrained_grpo.envs.math.env:MathEnv"
 #: the expensive step, so evaluation is capped at 200 problems per policy (the plan for the
 #: banned rate at 0.05 with 95% power is 21,551: docs/benchmark.md section 3 gives what 200
 #: can certify). The reference is the GRPO learners' warm start.
+def episode_returns(kwargs: Mapping[str, Any]) -> EpisodeReturns:
+    """One completion per episode whose reward is its correctness, 1 or 0 (envs/math/scoring.py:
+    the costs are not part of the reward); its recorded length counts tokens, not steps."""
+    return EpisodeReturns(episode=(0.0, 1.0),
+                          rule="an episode is one completion whose reward is 1 if its answer is correct, else 0")
+
+
 #: Binding: the unconstrained GRPO learner's recorded runs break a limit; a constrained
 #: learner's keep them (no scripted reference writes text the way the learners do).
 MATH_BINDING = Binding(unconstrained=("grpo",), keepers=("cgrpo",))
 MATH = Family("math", EvalPlan(power=0.95, cap=200, pilot=200), references=("ref-warmstart",), text=True, extra="math",
-              binding=MATH_BINDING)
+              binding=MATH_BINDING, episode_returns=episode_returns)
 #: The built-in generators need no extra.
-BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True, binding=MATH_BINDING)
+BUILTIN_MATH = Family("math", MATH.eval, MATH.references, text=True, binding=MATH_BINDING, episode_returns=episode_returns)
 
 
 def _math(name: str, description: str, version: int = 0, binding: Binding | None = None, **kwargs: Any) -> TaskInfo:

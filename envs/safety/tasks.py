@@ -6,7 +6,10 @@ environment; making one starts a worker in it (``make safety`` builds it).
 
 from __future__ import annotations
 
-from constrained_grpo.envs.registration import EvalPlan, Family, TaskInfo
+from collections.abc import Mapping
+from typing import Any
+
+from constrained_grpo.envs.registration import EpisodeReturns, EvalPlan, Family, TaskInfo
 
 __all__ = ["SAFETY", "SAFETY_TASKS", "SAFETY_MAKER"]
 
@@ -14,8 +17,14 @@ __all__ = ["SAFETY", "SAFETY_TASKS", "SAFETY_MAKER"]
 #: a second Python, so evaluation is 20 episodes per policy (the costs are cumulative: the
 #: t bound needs no minimum). The envs need ``make safety``, not a pip extra. The worker's
 #: interpreter, import path, maker and legacy id name code to run (``code_options``).
+def episode_returns(kwargs: Mapping[str, Any]) -> EpisodeReturns:
+    """Declared unbounded: Safety-Gymnasium's rewards (progress to a goal, forward velocity)
+    have no per-step bound that its tasks declare, and the bridge adds none."""
+    return EpisodeReturns.unbounded("Safety-Gymnasium declares no bound on its tasks' per-step rewards")
+
+
 SAFETY = Family("safety", EvalPlan(power=0.95, cap=20, pilot=20),
-                code_options=("python", "pythonpath", "maker", "legacy_id"))
+                code_options=("python", "pythonpath", "maker", "legacy_id"), episode_returns=episode_returns)
 
 _ENV = "constrained_grpo.envs.safety.env:LegacyBridgeEnv"
 _VEC = "constrained_grpo.envs.safety.env:LegacyBridgeVectorEnv"

@@ -49,7 +49,8 @@ from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval import storage
-from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
+from constrained_grpo.files import atomic_write_many
+from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
@@ -273,13 +274,14 @@ def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: st
 # ------------------------------------------------------------------------- comparability
 
 
-def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
+def comparability(runs: pd.DataFrame, unpaired: Collection[str] = ()) -> dict[str, tuple[str, ...]]:
     """Per task of a ``run_metrics`` frame with two or more algorithms: why its runs cannot
     be ranked together (empty when they can). Evaluation protocols must agree (policies, reset
     seeds recorded and starting at the same seed; the episode counts may differ, since a
     run's plan depends on its costs' spread: runs are paired on their common prefix, and
     each verdict and score accounts for its own count) and budgets too (final env steps
-    within a factor BUDGET_RATIO of each other)."""
+    within a factor BUDGET_RATIO of each other). ``unpaired``: algorithms evaluated from a
+    first seed of their own (the maintainer's private one), exempt from the same-seed rule."""
     out: dict[str, tuple[str, ...]] = {}
     for task, g in runs.groupby("task", sort=True):
         if g["algo"].nunique() < 2:
@@ -298,7 +300,9 @@ def comparability(runs: pd.DataFrame) -> dict[str, tuple[str, ...]]:
                 "the evaluation episodes' reset seeds are not recorded for " + ", ".join(unknown)
                 + " (runs evaluated by the agent itself, not paired with the others); rerun them with `cgrpo bench`"
             )
-        elif g["eval_first_seed"].nunique() > 1:
+        # Runs the maintainer evaluated from a private first seed (``unpaired``) share no
+        # episode with the others: the rank test is unpaired, so only the rest must agree.
+        elif g.loc[~g["algo"].isin(set(unpaired)), "eval_first_seed"].nunique() > 1:
             reasons.append(f"evaluation reset seeds differ ({per_algo('eval_first_seed', lambda x: f'{int(x)}+i')})")
         steps = g["env_steps"].to_numpy(dtype=float)
         if steps.min() <= 0 or steps.max() / steps.min() > BUDGET_RATIO:
@@ -647,6 +651,7 @@ def build_leaderboard(
     lambda_max: Mapping[str, float] | None = None,
     references: Collection[str] = (),
     evals: pd.DataFrame | None = None,
+    unpaired: Collection[str] = (),
 ) -> Leaderboard:
     """Metrics, shared rankings and the page's sections from a long table (``evals``: its
     runs' evaluation summaries when it holds only train rows, as a compact record does).
@@ -654,14 +659,15 @@ def build_leaderboard(
     ``lambda_in_reward_units`` and ``lambda_max`` (per algorithm, as its runs record them,
     ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class.
     ``references`` name reference policies (``constrained_grpo.references``): their rows are
-    shown under each task without a rank, and they take part in no comparison."""
+    shown under each task without a rank, and they take part in no comparison. ``unpaired``:
+    algorithms evaluated from a first reset seed of their own (``comparability``)."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
     runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max,
                        evals=evals)
     runs.insert(4, "reference", runs["algo"].isin(set(references)))
     ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
-    reasons_by_task = comparability(runs_ranked)
+    reasons_by_task = comparability(runs_ranked, unpaired)
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
         + (f" and {ref_runs['algo'].nunique()} reference policies." if len(ref_runs) else "."),
@@ -729,12 +735,20 @@ _TAG_START = re.compile(r"<(?=[A-Za-z/!?])")
 _LOOSE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
 
 
+#: What opens a link, an image or a code span, or an autolink (GitHub links ``www.`` and
+#: ``scheme://`` in plain text): ``](``, ``][``, ``![``, a backtick, ``www.``, ``://``.
+_MD_LINK = re.compile(r"\](?=[(\[])|!(?=\[)|`|(?<=www)\.|:(?=//)", re.IGNORECASE)
+
+
 def _md_cell(text: str) -> str:
     # Strings reaching a cell were validated by the loader; still escape what Markdown or
     # an HTML renderer of it would read as structure: a column bar, a tag, a line break, an
-    # underscore beside punctuation (``x._y_.`` would set y in italics; ``lane_change`` stays).
+    # underscore beside punctuation (``x._y_.`` would set y in italics; ``lane_change`` stays),
+    # a link, image, code span or autolink (``![p](https://...)`` would fetch a stranger's
+    # image). Only the character that completes the form is escaped, so intervals such as
+    # ``[0.1, 0.9]`` are written as they are.
     text = _TAG_START.sub("&lt;", text.replace("&", "&amp;")).replace("|", "\\|").replace("\n", " ")
-    return _LOOSE_UNDERSCORE.sub(r"\\_", text)
+    return _MD_LINK.sub(lambda m: "\\" + m.group(0), _LOOSE_UNDERSCORE.sub(r"\\_", text))
 
 
 def render_markdown(lb: Leaderboard) -> str:
@@ -839,20 +853,17 @@ def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame |
     only train rows: a compact record), ``train.csv`` and ``evals.csv`` (the evaluation
     summaries) instead."""
     out = Path(out)
-    paths = [out / "leaderboard.md", out / "leaderboard.html", out / "runs.csv", out / "pairs.csv"]
-    storage.atomic_write_text(paths[0], render_markdown(lb))
-    storage.atomic_write_text(paths[1], render_html(lb))
-    storage.atomic_write_text(paths[2], _rounded_csv(lb.runs))
-    storage.atomic_write_text(paths[3], _rounded_csv(lb.pairs))
+    files = {out / "leaderboard.md": render_markdown(lb), out / "leaderboard.html": render_html(lb),
+             out / "runs.csv": _rounded_csv(lb.runs), out / "pairs.csv": _rounded_csv(lb.pairs)}
     if table is not None:
         if evals is None:
-            paths.append(out / "results.csv")
-            storage.atomic_write_text(paths[-1], _rounded_csv(table))
+            files[out / "results.csv"] = _rounded_csv(table)
         else:
-            paths += [out / "train.csv", out / "evals.csv"]
-            storage.atomic_write_text(paths[-2], _rounded_csv(table))
-            storage.atomic_write_text(paths[-1], _rounded_csv(evals))
-    return paths
+            files[out / "train.csv"] = _rounded_csv(table)
+            files[out / "evals.csv"] = _rounded_csv(evals)
+    # Rendered whole first, then renamed together: no new leaderboard.md beside an old runs.csv.
+    atomic_write_many(files)
+    return list(files)
 
 
 def _budget_refusal(runs: pd.DataFrame, mine: Collection[str]) -> str | None:
@@ -881,34 +892,5 @@ def _budget_refusal(runs: pd.DataFrame, mine: Collection[str]) -> str | None:
     return None
 
 
-def check_submission(
-    path: str | Path, tasks: Mapping[str, TaskMeta] | None = None, existing: pd.DataFrame | None = None,
-    references: Collection[str] = (), existing_evals: pd.DataFrame | None = None,
-) -> tuple[pd.DataFrame, dict[str, TaskMeta]]:
-    """Validate a third-party submission (docs/leaderboard_schema.md); raise ``ResultsError``
-    with the reason. The one rule set of ``--check`` and ``--add``:
-    ``loader.check_submission_table``, then, against ``existing``, the protocol rules by
-    which a task's runs are ranked together (:func:`comparability`: the same evaluated
-    policies and first reset seed, budgets within a factor ``BUDGET_RATIO``), on the
-    submission's tasks, with the ``references`` (unranked rows) left out. ``existing_evals``:
-    the evaluation summaries of ``existing`` when it holds only train rows (a compact record)."""
-    table, metas = check_submission_table(path, tasks, existing)
-    if existing is not None and len(existing):
-        mine = set(table["task"])
-        theirs = existing["task"].isin(mine) & ~existing["algo"].isin(set(references))
-        joined = pd.concat([existing[theirs], table], ignore_index=True)
-        all_tasks = {**(tasks or {}), **metas}
-        scope = {t: all_tasks[t] for t in mine if t in all_tasks}
-        evals = None
-        if existing_evals is not None:
-            kept = existing_evals["task"].isin(mine) & ~existing_evals["algo"].isin(set(references))
-            evals = pd.concat([existing_evals[kept], eval_summaries(table, scope)], ignore_index=True)
-        runs = run_metrics(joined, scope, evals=evals)
-        budget = _budget_refusal(runs, set(table["algo"]))
-        if budget is not None:
-            raise ResultsError(f"{path}: cannot be ranked with the results: {budget}")
-        reasons = comparability(runs)
-        if reasons:
-            raise ResultsError(f"{path}: cannot be ranked with the results: " + "; ".join(
-                f"{t}: {', '.join(r)}" for t, r in sorted(reasons.items())))
-    return table, metas
+# The submission rules live in their own module; this name stays importable from here.
+from constrained_grpo.eval.scoring.submission import check_submission  # noqa: E402

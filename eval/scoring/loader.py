@@ -121,6 +121,8 @@ class Results:
         failed: run directories whose last attempt failed, with the first line of the error.
         summaries: the runs' evaluation summaries when ``table`` holds only their train rows
             (a compact record); None when its eval rows give them.
+        modified: per task ranked with settings other than the registered task's (only under
+            ``allow_modified_tasks``), the differences in words.
     """
 
     table: pd.DataFrame
@@ -128,6 +130,7 @@ class Results:
     incomplete: tuple[Path, ...] = ()
     failed: dict[str, str] = field(default_factory=dict)
     summaries: pd.DataFrame | None = None
+    modified: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def algos(self) -> list[str]:
@@ -306,6 +309,40 @@ def _registered_family(task: str) -> Any:
         return None
 
 
+@functools.lru_cache(maxsize=None)
+def declared_returns(task: str) -> Any:
+    """What one episode of ``task`` can return, as its family declares it
+    (``Family.episode_returns``, an :class:`~constrained_grpo.envs.registration.EpisodeReturns`);
+    None where the family declares nothing (the gridworlds' envs say it themselves)."""
+    family = _registered_family(task)
+    if family is None or family.episode_returns is None:
+        return None
+    from constrained_grpo.tasks import task_info
+
+    return family.episode_returns(task_info(task).kwargs)
+
+
+def _check_declared_episodes(df: pd.DataFrame, source: str) -> None:
+    """Refuse the first evaluation episode whose return and length its task's family
+    declares impossible (:func:`declared_returns`)."""
+    ev = df[df["kind"] == "eval"]
+    for task, rows in ev.groupby("task", sort=True):
+        declared = declared_returns(str(task))
+        if declared is None or not declared.bounded:
+            continue
+        lengths = rows["length"].to_numpy(dtype=float) if "length" in rows.columns else None
+        ok = declared.possible(rows["return"].to_numpy(dtype=float), lengths)
+        if ok.all():
+            continue
+        i = int(np.flatnonzero(~ok)[0])
+        row = rows.iloc[i]
+        length = "" if lengths is None or not np.isfinite(lengths[i]) else f" in {lengths[i]:g} steps"
+        raise ResultsError(
+            f"{source}: run task={task} algo={row['algo']} seed={int(row['seed'])}: {row['policy']} episode "
+            f"{int(row['episode'])} has return {float(row['return']):g}{length}, which no episode of {task} can have "
+            f"({declared.rule}); give the episodes cgrpo evaluated")
+
+
 @dataclass(frozen=True)
 class EpisodeRanges:
     """Bounds that any single episode of a task satisfies (hence every mean of episodes).
@@ -330,6 +367,9 @@ def episode_ranges(task: str, constraints: tuple[Any, ...] | None = None) -> Epi
     """
     costs = {} if constraints is None else {c.name: (0.0, 1.0 if c.indicator else math.inf) for c in constraints}
     family = _registered_family(task)
+    declared = declared_returns(task)
+    if declared is not None:
+        return EpisodeRanges(declared.return_range(), costs)
     if family is None or not family.return_bounds:
         return EpisodeRanges(None, costs)
     from constrained_grpo.tasks import make_env
@@ -416,13 +456,16 @@ def escape_csv_formulas(table: pd.DataFrame) -> pd.DataFrame:
 
 
 #: What could end a table cell, open an HTML tag or entity, a link or code span.
-_MD_SPECIAL = re.compile(r"([\\`|<>\[\]&_*])")
+_MD_SPECIAL = re.compile(r"([\\`|<>\[\]&_*]|(?<=www)\.|:(?=//))", re.IGNORECASE)
 
 
 def escape_markdown(text: str) -> str:
     """``text`` safe inside a Markdown table cell: control characters and line breaks become
     spaces, and what could end the cell or open markup (``\\ ` | < > [ ] & _ *``: an
-    underscore or star between punctuation and a letter opens emphasis) is backslash-escaped. Names that pass :func:`validate_table` contain none of these."""
+    underscore or star between punctuation and a letter opens emphasis; with the brackets
+    escaped no link or image opens; the ``.`` of ``www.`` and the ``:`` of ``://``, which
+    GitHub autolinks) is backslash-escaped. Names that pass
+    :func:`validate_table` contain none of these but ``www.``."""
     clean = "".join(" " if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") else ch for ch in str(text))
     return _MD_SPECIAL.sub(r"\\\1", clean)
 
@@ -639,12 +682,190 @@ def _check_one_experiment(runs: Sequence[Path], root: str | Path) -> None:
         )
 
 
+@functools.lru_cache(maxsize=None)
+def registered_meta(task: str) -> TaskMeta | None:
+    """The metadata of the registered task ``task`` (None for an unknown id): its constraints
+    from its env, its exact optimum as its family keeps it (``Family.optima``), else solved
+    (cached in the process)."""
+    if ":" in task:
+        return None
+    family = _registered_family(task)
+    if family is None:
+        return None
+    from constrained_grpo.tasks import task_meta
+
+    known = family.optima.get(task)
+    if known is not None:
+        return TaskMeta.from_dict({**task_meta(task, with_optimum=False).to_dict(), "optimum": dict(known)})
+    return task_meta(task)
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-12)
+
+
+def meta_differences(recorded: TaskMeta, registered: TaskMeta) -> list[str]:
+    """What ``recorded`` (a record's or a run's task metadata) says otherwise than the
+    registered task, one phrase per field naming both values (descriptions are not compared)."""
+    out = []
+    if recorded.suite != registered.suite:
+        out.append(f"suite: recorded {recorded.suite!r}, registered {registered.suite!r}")
+    if recorded.constraint_names != registered.constraint_names:
+        out.append(f"constraint names: recorded {list(recorded.constraint_names)}, registered {list(registered.constraint_names)}")
+    else:
+        for a, b in zip(recorded.constraints, registered.constraints):
+            if not _same(a.limit, b.limit):
+                out.append(f"limit of {a.name}: recorded {a.limit:g}, registered {b.limit:g}")
+            if bool(a.indicator) != bool(b.indicator):
+                out.append(f"indicator of {a.name}: recorded {a.indicator}, registered {b.indicator}")
+    for what, x, y in (("R* (exact optimum)", recorded.optimum_return, registered.optimum_return),
+                       ("unconstrained optimum", recorded.unconstrained_return, registered.unconstrained_return)):
+        if not _same(x, y):
+            out.append(f"{what}: recorded {x!r}, registered {y!r}")
+    xs, ys = recorded.optimal_multipliers, registered.optimal_multipliers
+    if (xs is None) != (ys is None) or (xs is not None and (len(xs) != len(ys) or not all(_same(a, b) for a, b in zip(xs, ys)))):
+        out.append(f"optimal multipliers: recorded {None if xs is None else list(xs)}, registered {None if ys is None else list(ys)}")
+    return out
+
+
+def _plan_differences(task: str, configs: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The evaluation plan the runs' ``config.json`` record (``eval.plan``) against the task
+    family's (``Family.eval``)."""
+    family = _registered_family(task)
+    if family is None:
+        return []
+    want = family.eval.to_dict()
+    for cfg in configs:
+        plan = (cfg.get("eval") or {}).get("plan") if isinstance(cfg, Mapping) else None
+        if plan is not None and plan != want:
+            return [f"evaluation plan: recorded {plan}, registered {want}"]
+    return []
+
+
+def _check_names(frames: Iterable[pd.DataFrame], source: str) -> None:
+    """The string columns of ``frames`` (train rows, evaluation summaries) of their columns' forms."""
+    for frame in frames:
+        cols = [c for c in ("suite", "task", "algo") if c in frame.columns]
+        names = frame[cols].drop_duplicates().reset_index(drop=True).assign(kind="train")
+        _check_strings(names, source)
+        if "policy" in frame.columns:
+            bad = sorted(set(frame["policy"].dropna()) - set(POLICIES))
+            if bad:
+                raise ResultsError(f"{source}: column 'policy' has {bad[0]!r}; it must be one of {list(POLICIES)}")
+
+
+def _check_summaries(summaries: pd.DataFrame, metas: Mapping[str, TaskMeta], source: str,
+                     unbounded: Collection[str] = ()) -> None:
+    """Every run's evaluation summary possible for its task: the mean return within the
+    task's per-episode range (:func:`episode_ranges`) and mean costs within theirs; on a task
+    with an exact optimum, the mean return's one-sided lower bound (Hoeffding's, from the
+    per-episode range, at :data:`IMPOSSIBLE_ALPHA`) at most what any policy earns at its
+    costs' upper bounds (:func:`_return_bound`). A genuine run is refused with probability at
+    most 2 x ``IMPOSSIBLE_ALPHA``. ``unbounded``: tasks whose recorded optimum belongs to other
+    limits (ranked under ``--allow-modified-tasks``), checked against the ranges only."""
+    from constrained_grpo.eval.scoring.metrics import _summary_stats
+    from constrained_grpo.eval.scoring.verdict import cost_bounds
+
+    for task, rows in summaries.groupby("task", sort=True):
+        meta = metas[task]
+        ranges = episode_ranges(str(task), tuple(meta.constraints))
+        k = max(1, len(meta.constraints))
+        for row in rows.to_dict("records"):
+            where = f"{source}: run task={task} algo={row['algo']} seed={int(row['seed'])} ({row['policy']} episodes)"
+            r, n = float(row["return_mean"]), int(row["episodes"])
+            if ranges.ret is not None:
+                lo, hi = ranges.ret
+                if not lo - 1e-9 * max(1.0, abs(lo)) <= r <= hi + 1e-9 * max(1.0, abs(hi)):
+                    raise ResultsError(f"{where}: mean return {r:.6g} is outside [{lo:g}, {hi:g}], the least and most any "
+                                       f"episode of {task} earns; pack the runs cgrpo evaluated")
+            for c in meta.constraints:
+                lo, hi = ranges.costs[c.name]
+                m = float(row[f"mean_{c.name}"])
+                if not lo <= m <= hi * (1 + 1e-9):
+                    raise ResultsError(f"{where}: mean cost {c.name} {m:.6g} is outside [{lo:g}, {hi:g}]; pack the runs "
+                                       "cgrpo evaluated")
+            if meta.optimum_return is None or ranges.ret is None or n < 2 or task in unbounded:
+                continue
+            upper = np.array([cost_bounds(_summary_stats(row, c.name), c.limit, c.indicator, alpha_lower=IMPOSSIBLE_ALPHA / k,
+                                          alpha_upper=IMPOSSIBLE_ALPHA / k)[1] for c in meta.constraints])
+            bound = _bound_at(upper, meta)
+            lower = r - (ranges.ret[1] - ranges.ret[0]) * math.sqrt(math.log(1 / IMPOSSIBLE_ALPHA) / (2 * n))
+            if lower > bound + 1e-9:
+                raise ResultsError(
+                    f"{where}: mean return {r:.4g} over {n} episodes (lower bound {lower:.4g}) is above {bound:.4g}, the "
+                    f"most any policy of {task} earns at its costs' upper bounds (R* = {meta.optimum_return:.4g} at the "
+                    "limits); no policy can do that: pack the runs cgrpo evaluated")
+
+
+def _check_recorded_algos(algos: Mapping[str, Mapping[str, Any]], configs: Mapping[tuple[str, str, int], Any],
+                          source: str) -> None:
+    """A record's manifest says of each algorithm what its runs' ``config.json`` say (a
+    ranked algorithm re-sealed as a reference policy would leave the ranking unseen)."""
+    runs: dict[str, list[Mapping[str, Any]]] = {}
+    bounds: dict[str, set[Any]] = {}
+    for (_, algo, _), (cfg, done) in configs.items():
+        runs.setdefault(algo, []).append(cfg.get("algo") or {} if isinstance(cfg, Mapping) else {})
+        bound = done.get("lambda_max") if isinstance(done, Mapping) else None
+        bounds.setdefault(algo, set()).add(float(bound) if isinstance(bound, (int, float)) and math.isfinite(bound) else None)
+    for algo in sorted(set(algos) | set(runs)):
+        recorded = algos.get(algo, {})
+        for key in ("reference", "lambda_in_reward_units"):
+            says = all(bool(a.get(key, False)) for a in runs.get(algo, [{}]))
+            if bool(recorded.get(key, False)) != says:
+                raise ResultsError(f"{source}: algorithm {algo}: the manifest records {key}={bool(recorded.get(key, False))}, "
+                                   f"its runs' config.json {key}={says}; pack the record again from the runs")
+        seen = bounds.get(algo, {None})
+        says = next(iter(seen)) if len(seen) == 1 else None  # as algo_properties: one bound for every run, else none
+        if recorded.get("lambda_max") != says:
+            raise ResultsError(f"{source}: algorithm {algo}: the manifest records lambda_max={recorded.get('lambda_max')!r}, "
+                               f"its runs' done.json {says!r}; pack the record again from the runs")
+
+
+def check_recorded(tasks: Mapping[str, TaskMeta], table: pd.DataFrame, summaries: pd.DataFrame,
+                   configs: Iterable[Mapping[str, Any]], source: str, *, allow_modified_tasks: bool = False
+                   ) -> dict[str, tuple[str, ...]]:
+    """Validate runs read from disk (a compact record or run folders) as a submission is
+    validated: names of their columns' forms, the task metadata they carry (limits,
+    constraint names, R*, lambda*, the evaluation plan) equal to the registered task's, and
+    every evaluation summary possible (:func:`_check_summaries`). A task whose metadata
+    differs is refused naming the field and both values, unless ``allow_modified_tasks``:
+    then it is returned, task -> the differences, for the page to say so."""
+    _check_names([table, summaries], source)
+    train = table[table["kind"] == "train"]
+    _check_magnitudes(train.reset_index(drop=True), source)
+    _check_ranges(train.reset_index(drop=True), tasks, source)  # a record's train rows are checked nowhere else
+    configs = list(configs)
+    modified: dict[str, tuple[str, ...]] = {}
+    for task in sorted(tasks):
+        registered = registered_meta(task)
+        if registered is None:
+            from constrained_grpo.envs import list_tasks
+
+            raise ResultsError(f"{source}: unknown task {task!r}; registered tasks: {list_tasks()} (a user task's module "
+                               "is imported with --import MODULE)")
+        runs = [c for c in configs if isinstance(c, Mapping) and (c.get("run") or {}).get("task") == task]
+        diffs = meta_differences(tasks[task], registered) + _plan_differences(task, runs)
+        if not diffs:
+            continue
+        if not allow_modified_tasks:
+            more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+            raise ResultsError(f"{source}: {task}: {diffs[0]}{more}; its runs were not made on the registered task: rank "
+                               "runs of the registered task, or pass --allow-modified-tasks to rank them as they are "
+                               "(the page then says so)")
+        modified[task] = tuple(diffs)
+    _check_summaries(summaries, tasks, source, unbounded=set(modified))
+    return modified
+
+
 def load_results(
     root: str | Path,
     *,
     allow_incomplete: bool = False,
     extra_columns: bool = False,
     known_algos: Collection[str] | None = None,
+    allow_modified_tasks: bool = False,
 ) -> Results:
     """Every run under ``root`` as one long table.
 
@@ -654,6 +875,11 @@ def load_results(
     the capabilities recorded beside it): reading results consults no registry and imports
     no trainer. ``known_algos``, when given, restricts the names accepted. A folder holding
     a compact record (:mod:`~constrained_grpo.eval.scoring.record`) is read from it.
+
+    Either is checked against the registered tasks (:func:`check_recorded`): a record's
+    checksums prove its files unchanged since they were sealed, not that what was sealed
+    is possible. ``allow_modified_tasks`` ranks runs made with other task settings, listed in
+    ``Results.modified``.
     """
     from constrained_grpo.eval.scoring import record
 
@@ -666,13 +892,19 @@ def load_results(
         if extra_columns:
             raise ResultsError(f"{root} is a compact record: it keeps the long table's columns only, not the agents' own logs")
         try:
-            rec = record.load_record(root)
+            rec = record.load_record(root, configs=True)
         except ValueError as err:
             raise ResultsError(str(err)) from None
         if known_algos is not None:
             for algo in rec.table["algo"].unique():
                 _check_algo(algo, str(Path(root) / record.MANIFEST), set(known_algos))
-        return Results(rec.table, rec.tasks, summaries=rec.evals)
+        from constrained_grpo.eval.scoring.metrics import eval_summaries
+
+        summaries = rec.evals if rec.evals is not None else eval_summaries(rec.table, rec.tasks)
+        modified = check_recorded(rec.tasks, rec.table, summaries, (cfg for cfg, _ in rec.configs.values()),
+                                  str(Path(root) / record.MANIFEST), allow_modified_tasks=allow_modified_tasks)
+        _check_recorded_algos(rec.algos, rec.configs, str(Path(root) / record.MANIFEST))
+        return Results(rec.table, rec.tasks, summaries=rec.evals, modified=modified)
     runs = find_runs(root)
     records = sorted(p.parent for p in Path(root).rglob(record.MANIFEST) if not any(
         part.startswith(".") for part in p.relative_to(root).parts))
@@ -719,7 +951,11 @@ def load_results(
         raise ResultsError(f"no complete run under {root}")
     table = _finish(pd.concat(frames, ignore_index=True))
     validate_table(table, tasks, source=str(root), extra_columns=extra_columns)
-    return Results(table, tasks, tuple(incomplete), failed)
+    from constrained_grpo.eval.scoring.metrics import eval_summaries
+
+    modified = check_recorded(tasks, table, eval_summaries(table, tasks), run_configs(root).values(), str(root),
+                              allow_modified_tasks=allow_modified_tasks)
+    return Results(table, tasks, tuple(incomplete), failed, modified=modified)
 
 
 def join_summarised(table: pd.DataFrame, tasks: Mapping[str, TaskMeta], evals: pd.DataFrame, sub: pd.DataFrame,
@@ -970,6 +1206,7 @@ def validate_table(
     if not math.isfinite(float(df["return"].abs().max())):
         raise ResultsError(f"{source}: column 'return' has infinite values")
     _check_magnitudes(df, source)
+    _check_declared_episodes(df, source)  # before the ranges: it names the episode and the rule
     _check_ranges(df, metas, source)
     return _finish(df), metas
 
@@ -982,7 +1219,8 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
     """The rules a submission's evaluation episodes must meet beyond the schema:
 
     - paired: each run's episodes of a policy are ``reset_seed = s_0 + episode`` for one
-      first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired);
+      first seed ``s_0`` (the harness's protocol; cherry-picked starts are not paired), and
+      they are episodes 0 to n - 1 (a selection of the best episodes keeps their indices);
     - independent: no two seeds of an algorithm hold identical evaluation rows (one run copied);
     - possible episodes: on a task whose family checks them (``Family.episode_check``), every
       episode's return, length and costs are an outcome of the task (``possible_episodes``);
@@ -1002,23 +1240,33 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
         if len(np.unique(seeds - episodes)) != 1:
             raise ResultsError(f"{where}: reset_seed must be first_seed + episode for every episode (the harness's "
                                "paired protocol); give the episodes cgrpo evaluated, not a selection")
+        if not np.array_equal(np.sort(episodes), np.arange(len(episodes))):
+            gap = int(np.setdiff1d(np.arange(len(episodes)), episodes)[0])
+            raise ResultsError(f"{where}: episodes must be 0, 1, ..., {len(episodes) - 1} (every episode evaluated, in "
+                               f"order); episode {gap} is missing: give the episodes cgrpo evaluated, not a selection")
     for task, g in ev.groupby("task", sort=True):
         _check_possible_episodes(str(task), g, metas[task] if task in metas else None, source)
-    # A copy: the same training iterations and the same evaluation episodes under two seeds
-    # (two seeds may well converge to one deterministic policy, but not by the same path).
-    measured = ["kind", "policy", "iteration", "episode", "env_steps", "return",
+    # A copy: the same evaluation episodes under two seeds. Seeds that converge to one
+    # deterministic policy evaluate alike too, but a self-reported table cannot show that it
+    # is not a copy: such policies are ranked by re-evaluation (submission.py).
+    measured = ["kind", "policy", "iteration", "episode", "env_steps", "return", "length",
                 *[c for c in table.columns if c.startswith(("cost_", "lambda_"))]]
     for (task, algo), g in table.groupby(["task", "algo"], sort=True):
         cols = [c for c in measured if c in g.columns and g[c].notna().any()]
-        digests: dict[int, tuple[int, ...]] = {}
+        evals = [c for c in cols if c in ("policy", "episode", "return", "length") or c.startswith("cost_")]
+        digests: dict[int, tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for seed, run in g.groupby("seed", sort=True):
             ordered = run[cols].sort_values(["kind", "policy", "iteration", "episode"], na_position="first")
-            digest = tuple(pd.util.hash_pandas_object(ordered.reset_index(drop=True), index=False).tolist())
-            twin = next((s for s, d in digests.items() if d == digest), None)
+            whole = tuple(pd.util.hash_pandas_object(ordered.reset_index(drop=True), index=False).tolist())
+            ev_rows = ordered[ordered["kind"] == "eval"][evals].reset_index(drop=True)
+            episodes = tuple(pd.util.hash_pandas_object(ev_rows, index=False).tolist())
+            twin = next((s for s, d in digests.items() if d[1] == episodes), None)
             if twin is not None:
-                raise ResultsError(f"{source}: {task} {algo}: seeds {twin} and {int(seed)} hold identical training and "
-                                   "evaluation rows; one run counted twice is not two independent seeds")
-            digests[int(seed)] = digest
+                what = "training and evaluation rows" if digests[twin][0] == whole else "evaluation rows"
+                raise ResultsError(f"{source}: {task} {algo}: seeds {twin} and {int(seed)} hold identical {what}; one "
+                                   "evaluation counted twice is not two independent seeds (policies that truly evaluate "
+                                   "alike are ranked by re-evaluation: docs/benchmark.md section 7)")
+            digests[int(seed)] = (whole, episodes)
     for (task, algo, seed), g in ev[ev["policy"] == "sampled"].groupby(["task", "algo", "seed"], sort=True):
         meta = metas.get(task)
         if meta is None or meta.optimum_return is None or len(g) < 2:
@@ -1078,6 +1326,11 @@ def _return_bound(g: pd.DataFrame, meta: TaskMeta) -> float:
                     alpha_lower=IMPOSSIBLE_ALPHA / k, alpha_upper=IMPOSSIBLE_ALPHA / k)[1]
         for c in meta.constraints
     ])
+    return _bound_at(upper, meta)
+
+
+def _bound_at(upper: np.ndarray, meta: TaskMeta) -> float:
+    """:func:`_return_bound` given the costs' upper bounds ``upper``."""
     limits = np.array([c.limit for c in meta.constraints])
     ceiling = math.inf if meta.unconstrained_return is None else float(meta.unconstrained_return)
     if not np.isfinite(upper).all():
@@ -1109,7 +1362,6 @@ def check_submission_table(
     """
     table = read_table_csv(path)
     table, metas = validate_table(table, tasks, source=str(path))
-    _check_submitted_episodes(table, metas, str(path))
     if existing is not None and len(existing):
         taken = sorted(set(table["algo"]) & set(existing["algo"]))
         if taken:
@@ -1117,4 +1369,5 @@ def check_submission_table(
             theirs = set(zip(existing["task"], existing["algo"], existing["seed"].astype(int)))
             what = "run(s) (task, algo, seed) are in the results already" if mine & theirs else "name(s) are on the board already"
             raise ResultsError(f"{path}: algorithm {', '.join(taken[:3])}: {what}; rename the algorithm (e.g. mine-{taken[0]})")
+    _check_submitted_episodes(table, metas, str(path))
     return table, metas

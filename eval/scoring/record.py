@@ -3,14 +3,15 @@ evaluation and its recorded configuration in a few compressed files, from which 
 leaderboard and the figures regenerate byte for byte.
 
 A folder ``DIR`` holds a record when it holds ``DIR/record.json`` (the manifest) and one
-``DIR/<task>.npz`` per task beside it:
+``DIR/<task>.<sha256[:16]>.npz`` per task beside it (named by content, so that a new record
+is written beside the old one and switched by the manifest's rename, :func:`write_record`):
 
 - ``record.json``: the schema (``cgrpo-record/2``), the columns and dtypes of the long
   table's train rows and of the evaluation summaries, in order, every task's metadata
   (``TaskMeta.to_dict()``: constraints and exact optimum), what each algorithm's runs record
   about it (:func:`~constrained_grpo.eval.scoring.loader.algo_properties`), and per task file
   its train rows, summary rows, runs, byte size and SHA-256;
-- ``<task>.npz``: a zip (LZMA) of ``.npy`` arrays (read with ``allow_pickle=False``): the
+- ``<task>.<sha256[:16]>.npz``: a zip (LZMA) of ``.npy`` arrays (read with ``allow_pickle=False``): the
   task's train rows, one encoding per column (:func:`_encode_column`), its evaluation
   summaries (:func:`~constrained_grpo.eval.scoring.metrics.eval_summaries`: per run and
   policy the episode count, the exact mean return and, per cost, the exact mean and sum of
@@ -96,8 +97,20 @@ def is_record(path: str | Path) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
 
-def _task_file(task: str) -> str:
-    return storage.safe_name(task.replace("/", "_")) + ".npz"
+def _task_file(task: str, digest: str) -> str:
+    """A task file's name: the task and the start of its SHA-256 (content-addressed: a new
+    record never overwrites a file the old manifest names)."""
+    return f"{storage.safe_name(task.replace('/', '_'))}.{digest[:16]}.npz"
+
+
+def _sweep(out: Path, keep: set[str]) -> None:
+    """Remove the task files no manifest names and the hidden temporary files a killed
+    writer left (``.NAME.tmp-PID``, :func:`constrained_grpo.files.atomic_write_bytes`)."""
+    for path in out.iterdir():
+        stray = path.suffix == ".npz" and path.name not in keep
+        temporary = path.name.startswith(f".{MANIFEST}.tmp-") or (path.name.startswith(".") and ".npz.tmp-" in path.name)
+        if (stray or temporary) and path.is_file() and not path.is_symlink():
+            path.unlink()
 
 
 # --- encoding ---------------------------------------------------------------------------
@@ -316,8 +329,10 @@ def write_record(out: str | Path, table: pd.DataFrame, evals: pd.DataFrame, task
                  configs: Mapping[tuple[str, str, int], tuple[Mapping[str, Any], Mapping[str, Any]]]) -> Path:
     """Write the record of ``table`` (the train rows of a validated long table) and ``evals``
     (their runs' evaluation summaries, :func:`~constrained_grpo.eval.scoring.metrics.eval_summaries`)
-    to ``out``; returns the manifest's path. The task files are written first and the
-    manifest last, each atomically: a reader sees the old record or the new one."""
+    to ``out``; returns the manifest's path. The task files are content-addressed
+    (:func:`_task_file`) and written first, the manifest last, each atomically, and the files
+    no manifest names are swept after: a reader, or a writer killed at any step, sees the
+    old record or the new one."""
     out = Path(out)
     if (table["kind"] != "train").any():
         raise ValueError("write_record takes the train rows; the evaluation episodes go in as their summaries")
@@ -342,13 +357,14 @@ def write_record(out: str | Path, table: pd.DataFrame, evals: pd.DataFrame, task
         arrays["run_keys"] = np.array([f"{a}/{s}" for _, a, s in runs], dtype=np.str_)
         for i, field in enumerate(("configs", "done")):
             arrays[field] = np.array([json.dumps(configs[key][i], sort_keys=True) for key in runs], dtype=np.str_)
-        name = _task_file(str(task))
         blob = _zip_bytes(arrays)
         if len(blob) > MAX_FILE_BYTES:
             raise ValueError(f"{task}: its record file would be {len(blob)} bytes, over {MAX_FILE_BYTES}")
+        digest = hashlib.sha256(blob).hexdigest()
+        name = _task_file(str(task), digest)
         blobs[name] = blob
         files.append({"task": str(task), "file": name, "rows": int(len(rows)), "evals": int(len(summaries)),
-                      "runs": len(runs), "bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest()})
+                      "runs": len(runs), "bytes": len(blob), "sha256": digest})
     manifest = {
         "schema": SCHEMA,
         "columns": [{"name": c, "kind": kinds[c]} for c in columns],
@@ -357,12 +373,13 @@ def write_record(out: str | Path, table: pd.DataFrame, evals: pd.DataFrame, task
         "algos": {a: dict(algos[a]) for a in sorted(algos)},
         "files": files,
     }
+    # The new task files beside the old ones (no name is shared unless the bytes are), then
+    # the manifest in one rename, which switches the record; then the old files go. Killed at
+    # any step, the folder holds the old record or the new one, and strays the next write sweeps.
     for name, blob in blobs.items():
         storage.atomic_write_bytes(out / name, blob)
-    stale = {p.name for p in out.glob("*.npz")} - set(blobs)
     storage.atomic_write_json(out / MANIFEST, manifest)
-    for name in stale:  # task files of an earlier record that this one no longer has
-        (out / name).unlink()
+    _sweep(out, set(blobs))
     return out / MANIFEST
 
 

@@ -107,9 +107,15 @@ class ToyAgent:
             if self.sleep_s:
                 time.sleep(self.sleep_s)
 
+    def seed_evaluation(self, seed: int) -> None:
+        """The evaluation's stream for one episode: its reset seed and the run's seed, so
+        that two seeds (and the two toys) evaluate differently, as two runs of a learner do."""
+        self._eval_rng = np.random.default_rng([self.seed, seed, int(self.constrained)])
+
     def act(self, obs: np.ndarray, deterministic: bool = True) -> int:
         """Uniformly random (both policies: the toy has no mode), from the evaluation's stream."""
-        return int(np.random.randint(4))
+        rng = getattr(self, "_eval_rng", None)
+        return int(np.random.randint(4) if rng is None else rng.integers(4))
 
     def evaluate(self, n_episodes: int, deterministic: bool = True) -> EvalResult:
         rng = np.random.default_rng(10_000 + self.seed)  # independent of training's stream
@@ -124,3 +130,4 @@ class ToyAgent:
 def unconstrained(env_id: str, seed: int = 0, **config: Any) -> ToyAgent:
     """The toy agent without multipliers (an unconstrained algorithm)."""
     return ToyAgent(env_id, seed, constrained=False, **config)
+

@@ -30,7 +30,7 @@ def test_portable_command_rewrites_absolute_paths_only(tmp_path: Path) -> None:
 
 def test_config_json_records_no_absolute_path(tmp_path: Path) -> None:
     root = tmp_path / "res"
-    spec = RunSpec(TASK, TOY, 0, 300, 13, {"level": 1}, False)
+    spec = RunSpec(TASK, TOY, 0, 300, 13, {"episodes_per_iter": 4}, False)
     prov = {"invoked_as": shlex.join(["cgrpo", "bench", "--out", str(root)]), "git": None, "versions": {}}
     config = run_config(spec, root, task_meta(TASK), prov)
     text = json.dumps(config)

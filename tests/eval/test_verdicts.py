@@ -370,7 +370,9 @@ def test_add_refuses_a_submission_with_another_budget_and_names_it(toy_results: 
     mine = table.assign(algo=table["algo"].str.replace("cgrpo_toy_agent:", "mine-", regex=False))
     same = tmp_path / "same.csv"
     mine.to_csv(same, index=False)
-    assert main(["leaderboard", str(toy_results), "--add", str(same), "--out", str(tmp_path / "ok"), "--quiet"]) == 0
+    # The board's own runs renamed pass the budget rule and are refused as copies (issue 54).
+    assert main(["leaderboard", str(toy_results), "--add", str(same), "--out", str(tmp_path / "ok"), "--quiet"]) == 2
+    assert "same evaluation episodes as" in capsys.readouterr().err
     longer = tmp_path / "longer.csv"
     mine.assign(env_steps=mine["env_steps"] * 10).to_csv(longer, index=False)
     code = main(["leaderboard", str(toy_results), "--add", str(longer), "--out", str(tmp_path / "no"), "--quiet"])
