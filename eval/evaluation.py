@@ -312,6 +312,7 @@ def play_refilled(vec: Any, act_batch: ActBatch, deterministic: bool, seeds: Seq
         if not ended.size:
             continue
         lengths[episode[ended]] = t[ended]
+        eval_progress.episodes_done(int(ended.size))
         refilled = ended[: max(0, min(ended.size, n - following))]
         episode[ended] = -1
         if refilled.size:

@@ -21,7 +21,7 @@ from constrained_grpo.multipliers import DualAscentMultiplier, PIDMultiplier
 from constrained_grpo.registry import EvalResult, agent_spec, list_agents, make_agent, validate_log_record
 from constrained_grpo.tasks import make_env
 
-from conftest import NO_COSTS_ID
+from baseline_envs import NO_COSTS_ID
 
 TASK = "Grid/HazardFuel3x3-v0"
 #: A small, fast configuration: 2 envs x 32 steps per rollout.

@@ -18,7 +18,7 @@ from constrained_grpo.baselines.ppo_lagrangian import (
 )
 from constrained_grpo.registry import make_agent
 
-from conftest import EPISODE_LENGTH, FIXED_COST_ID, TRUNCATED_ID
+from baseline_envs import EPISODE_LENGTH, FIXED_COST_ID, TRUNCATED_ID
 
 # One env, T=4, K=2: steps 0-1 are one episode, steps 2-3 the start of the next.
 COSTS = np.array([[1.0, 0.5], [0.0, 0.5], [1.0, 0.5], [1.0, 0.5]])

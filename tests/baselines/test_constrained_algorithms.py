@@ -42,7 +42,7 @@ from constrained_grpo.registry import agent_spec, list_agents, make_agent
 from constrained_grpo.tasks import make_env
 from constrained_grpo.wrappers import RecordEpisodeCost
 
-from conftest import FIXED_COST_ID, FixedCostEnv
+from baseline_envs import FIXED_COST_ID, FixedCostEnv
 
 DELTA = 0.5
 NEW = ("trpo-lag", "cpo", "pcpo", "focops", "cup", "p3o", "rcpo", "saute-ppo")

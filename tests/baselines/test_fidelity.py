@@ -22,7 +22,7 @@ from constrained_grpo.baselines.trust_region import TRPOLagrangian, block_conjug
 from constrained_grpo.constraints import Constraint
 from constrained_grpo.registry import make_agent, resolve_config
 
-from conftest import FIXED_COST_ID
+from baseline_envs import FIXED_COST_ID
 
 BOX3_ID = "TestBaselines/Box3Reward-v0"
 

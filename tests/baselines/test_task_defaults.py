@@ -14,7 +14,7 @@ from constrained_grpo.constraints import get_constraints
 from constrained_grpo.registry import make_agent
 from constrained_grpo.tasks import make_env
 
-from conftest import EPISODE_LENGTH, TRUNCATED_ID
+from baseline_envs import EPISODE_LENGTH, TRUNCATED_ID
 
 
 @pytest.mark.parametrize("name", sorted(BASELINES))

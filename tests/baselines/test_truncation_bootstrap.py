@@ -10,7 +10,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from constrained_grpo.registry import make_agent
 
-from conftest import EPISODE_LENGTH, TRUNCATED_ID
+from baseline_envs import EPISODE_LENGTH, TRUNCATED_ID
 
 
 def test_truncated_rewards_and_costs_get_both_critics_values() -> None:

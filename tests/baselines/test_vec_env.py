@@ -16,7 +16,7 @@ from constrained_grpo.baselines.vec_env import GymVectorVecEnv, split_vector_inf
 from constrained_grpo.constraints import CostContractError
 from constrained_grpo.tasks import make_vec_env, task_constraints
 
-from conftest import FIXED_COST_ID, TRUNCATED_ID
+from baseline_envs import FIXED_COST_ID, TRUNCATED_ID
 
 
 def _episodes(env: Any, actions: np.ndarray, seed: int) -> tuple[list[list[tuple[float, int, list[float]]]], dict[str, list]]:

@@ -119,7 +119,7 @@ def test_a_user_module_with_a_wrong_signature_is_refused_when_imported(tmp_path:
         register_agent("wrong-sig", Mine)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("CGRPO_IMPORT", raising=False)
+    monkeypatch.setenv("CGRPO_IMPORT", "")  # main() may set it: the test's value is put back after
     with pytest.raises(SystemExit) as info:
         main(["algos", "--import", "wrong_sig_algo"])
     assert info.value.code == 2

@@ -73,11 +73,11 @@ def test_run_directory_layout_and_config(toy_results: Path):
     done = json.loads((path / "done.json").read_text())
     assert done["progress_rows"] == len(pd.read_csv(path / "progress.csv"))
     assert done["eval_rows"] == 26  # 13 episodes for each of the sampled and the deterministic policy
-    # The toy agent has act() only, sampling from numpy's global generator, which the harness
-    # seeds at the start of each episode with a hash of its reset seed: played on the map's
-    # batched twin with that generator's state kept per episode (eval/act_rows.py).
+    # The toy agent has act() only, sampling from a generator of its own that the harness seeds
+    # per episode through seed_evaluation(seed): such an agent cannot be replayed row by row on
+    # the batched twin, so it is played one episode at a time (eval/act_rows.py).
     assert done["eval"] == {"episodes": 13, "first_seed": EVAL_SEED, "policies": ["sampled", "deterministic"],
-                            "owner": "harness", "sampler": "episode-generator", "batched": True, "rule": {"rule": "fixed"}}
+                            "owner": "harness", "sampler": "episode-generator", "batched": False, "rule": {"rule": "fixed"}}
     ev = pd.read_csv(path / "eval.csv")
     assert list(ev.columns) == eval_columns(NAMES) == ["episode", "policy", "reset_seed", "return", "length",
                                                           "cost_hazard", "cost_fuel"]

@@ -29,7 +29,14 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
 
 def _submission(toy_results: Path, path: Path) -> Path:
     table = load_results(toy_results).table
-    mine = table[table["algo"] == TOY].assign(algo="mine")
+    mine = table[table["algo"] == TOY].assign(algo="mine").reset_index(drop=True)
+    # Not a copy of a board algorithm's runs (refused under a second name): the second half of
+    # each run's evaluation episodes is the unconstrained toy's, episode for episode.
+    other = table[(table["algo"] == TOY_UNCONSTRAINED) & (table["kind"] == "eval")].set_index(["seed", "policy", "episode"])
+    outcome = ["return", "length", *[c for c in mine.columns if c.startswith("cost_")]]
+    late = (mine["kind"] == "eval") & (mine["episode"] >= mine["episode"].max() / 2)
+    keys = pd.MultiIndex.from_frame(mine.loc[late, ["seed", "policy", "episode"]])
+    mine.loc[late, outcome] = other.loc[keys, outcome].to_numpy()
     mine.to_csv(path, index=False)
     return path
 
@@ -57,7 +64,7 @@ def test_leaderboard_filters_leave_the_ranks_of_the_whole_board(toy_results: Pat
     assert code == 0, err
 
     def row(text: str) -> str:
-        return next(line for line in text.splitlines() if line.startswith("| ") and f"| {TOY} |" in line)
+        return next(line for line in text.splitlines() if line.startswith("| ") and line.split(" | ")[1] == TOY)
 
     assert row(one) == row(whole)
     algo_cells = [line.split(" | ")[1] for line in one.split("In words:")[0].splitlines() if line.startswith("| ")]

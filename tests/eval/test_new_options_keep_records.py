@@ -25,7 +25,9 @@ def test_new_null_options_are_dropped_and_others_kept() -> None:
 def test_the_committed_standard_records_grpo_runs_resolve_as_recorded() -> None:
     record = load_record(RECORD, configs=True)
     specs = [s for s in PRESETS["standard"].runs() if (s.task, s.algo, s.seed) in record.configs]
-    grpo = [s for s in specs if s.algo.startswith(("cgrpo", "grpo"))]
+    # cgrpo-best's selection rule changed on purpose (a group-aware bound, not the batch mean:
+    # tests/core/test_recorded_upgrade.py); every other GRPO run is the run it was.
+    grpo = [s for s in specs if s.algo.startswith(("cgrpo", "grpo")) and s.algo != "cgrpo-best"]
     assert len(grpo) > 500
     differ = [s.key for s in grpo if s.difference(record.configs[(s.task, s.algo, s.seed)][0]) is not None]
     assert not differ, differ[:5]

@@ -173,6 +173,7 @@ def test_presets_run_each_familys_references_unranked():
           for a in ("ref-random", "ref-optimal", "ref-unconstrained")),
         ("Highway/Highway-v1", "ref-random"), ("Highway/Highway-v1", "ref-safe-driver"),
         ("Math/ChainSum-v0", "ref-warmstart"), ("Math/ChainSumLong-v0", "ref-warmstart"),
+        ("Math/ChainSumHard-v1", "ref-warmstart"),
     }
     assert all(agent_spec(r.algo).reference for r in runs)
     # The warm start starts where the GRPO learners start: the same config as `grpo` there.

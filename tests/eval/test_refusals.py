@@ -89,7 +89,7 @@ def test_import_finds_a_module_in_the_current_folder(tmp_path: Path, monkeypatch
     (tmp_path / "people_course_mod.py").write_text("REGISTERED = True\n")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", os.getcwd(), str(tmp_path))])
     monkeypatch.delenv("PYTHONPATH", raising=False)
-    monkeypatch.delenv(IMPORT_ENV, raising=False)
+    monkeypatch.setenv(IMPORT_ENV, "")  # main() sets it: the test's value is put back after
     monkeypatch.chdir(tmp_path)
     assert main(["algos", "--import", "people_course_mod"]) == 0
     assert sys.modules["people_course_mod"].REGISTERED

@@ -419,7 +419,7 @@ def test_a_config_typo_of_a_module_class_algorithm_is_one_line_before_any_folder
     # The options it takes still pass (validated against the same signature the run calls).
     from constrained_grpo.registry import resolve_config
 
-    assert resolve_config(TOY, TASK, episodes_per_iter=4) == {"config": {"episodes_per_iter": 4}}
+    assert resolve_config(TOY, TASK, episodes_per_iter=4) == {"kind": "custom", "config": {"episodes_per_iter": 4}}
 
 
 # ---------------------------------------------------------------- point 4: atomic records
