@@ -29,7 +29,7 @@ from constrained_grpo.eval.scoring.colors import algo_colors
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard, _glossary, _unbroken_groups
 from constrained_grpo.schema import TaskMeta
 
-__all__ = ["ordinal", "rank_label", "render_page", "task_figure", "task_verdict"]
+__all__ = ["ordinal", "rank_label", "rank_text", "render_page", "task_figure", "task_verdict"]
 
 
 def ordinal(n: int) -> str:
@@ -98,25 +98,38 @@ def _names(names: Sequence[str], listed: int = 3) -> str:
     return head if len(names) <= listed else f"{head} and {len(names) - listed} more"
 
 
-def task_verdict(ranked: pd.DataFrame | None, meta: TaskMeta, not_ranked: Sequence[str] = ()) -> str:
-    """The task's answer in one line: the best-ranked algorithms whose every seed keeps the
-    limits by the verdict, then who ranks first (shared or not, by the pair test)."""
+def rank_text(r: Mapping) -> str:
+    """``rank 2 [1, 5]``: the position by mean score ('=' an exact tie) and its simultaneous
+    95% interval (what ranks the data allow)."""
+    pos, lo, hi = float(r["rank"]), float(r.get("rank_lo", math.nan)), float(r.get("rank_hi", math.nan))
+    if not math.isfinite(pos):
+        return "unranked"
+    text = f"rank {pos:g}" + ("=" if r.get("shared") else "")
+    return text + (f" [{lo:g}, {hi:g}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+
+
+def task_verdict(ranked: pd.DataFrame | None, meta: TaskMeta, not_ranked: Sequence[str] = (),
+                 tol: float | None = None) -> str:
+    """The task's answer in one line, read from the order of the mean score: the highest-placed
+    algorithm(s) whose every seed keeps the limits (up to the tolerance ``tol``) by the verdict,
+    with rank and interval and who the test does not separate from it; then, if another leads,
+    the leader."""
     if not_ranked:
         return "Not ranked: " + "; ".join(not_ranked) + "."
     rows = _rows(ranked)
     if not rows:
         return "No ranked runs."
-    limits = _limits_word(len(meta.constraints))
-    top = [str(r["algo"]) for r in rows if r["rank"] == rows[0]["rank"]]
-    first = f"1st: {top[0]}" if len(top) == 1 else f"{len(top)} share 1st (not separated by the test): {_names(top)}"
+    limits = _limits_word(len(meta.constraints)) + (f" (J ≤ d(1 + {tol:g}))" if tol is not None else "")
+    top = [r for r in rows if r["rank"] == rows[0]["rank"]]
+    first = "highest mean score: " + ", ".join(f"{r['algo']}, {rank_text(r)}" for r in top)
     safe = [r for r in rows if int(r["feasible_seeds"]) == int(r["seeds"])]
     if safe:
         best = [r for r in safe if r["rank"] == safe[0]["rank"]]
         names = {str(r["algo"]) for r in best}
-        others = [a for a in _shared_with(rows, best[0]) if a not in names]
-        place = rank_label(float(best[0]["rank"]), others)
-        place = place if others or len(best) == 1 else f"shared {place}"
-        head = f"Best within {limits} on every seed: {_names([str(r['algo']) for r in best])} ({place})"
+        head = f"Best within {limits} on every seed: " + ", ".join(f"{r['algo']}, {rank_text(r)}" for r in best)
+        if "not_separated" in best[0]:
+            others = [a for a in str(best[0]["not_separated"] or "").split(", ") if a and a not in names]
+            head += f"; not separated from {_names(others)}" if others else "; separated from every other algorithm"
         return head + ("." if best[0]["rank"] == rows[0]["rank"] else f"; {first}.")
     most = max(int(r["feasible_seeds"]) for r in rows)
     lead = [str(r["algo"]) for r in rows if int(r["feasible_seeds"]) == most]
@@ -227,11 +240,11 @@ def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: Ta
 
 #: The compact table's columns and their tooltips.
 COMPACT: tuple[tuple[str, str], ...] = (
-    ("rank", "1 + the number of algorithms with a higher mean score that the exact two-sample permutation test "
-     "separates from this one (Holm-corrected over the task's pairs at 5%); 'shared' when others have the same rank"),
+    ("rank [L, U]", "place by mean score; [L, U]: the places the data allow, for all rows at once with 95% confidence"),
+    ("group", "two rows share a letter exactly when the test cannot tell their mean scores apart"),
     ("algorithm", "the algorithm (cgrpo algos lists them); its colour is its dot in the figure"),
-    ("seeds within", "seeds whose final policy keeps every limit by the verdict: each cost's one-sided 95% upper "
-     "bound over the evaluation episodes within d(1 + tol)"),
+    ("seeds within", "seeds whose final policy keeps every limit up to the tolerance: each cost's 95% upper bound "
+     "at most d(1 + tol); [exact 95% interval for the share of seeds]"),
     ("undecided", "seeds whose evaluation episodes cannot tell: some cost's 95% bounds straddle d(1 + tol)"),
     ("breaks", "seeds that break a limit: some cost's lower bound (at 5%/K) is above d(1 + tol)"),
     ("score [95% CI]", "what ranks are made of: max(normalised return, 0) within the tolerance, else minus the worst "
@@ -248,7 +261,7 @@ def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskM
     norm = meta.optimum_return not in (None, 0)
     head = [(h, t) for h, t in COMPACT]
     if not norm:
-        head[6] = ("return [95% CI]", "evaluated return, IQM over seeds [95% bootstrap interval]")
+        head[7] = ("return [95% CI]", "evaluated return, IQM over seeds [95% bootstrap interval]")
     rows = _rows(ranked)
     out = ['<table class="compact sortable"><thead><tr>'
            + "".join(f'<th title="{html.escape(t, quote=True)}">{html.escape(h)}</th>' for h, t in head)
@@ -259,15 +272,16 @@ def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskM
         ys = (r["return"], r["return_lo"], r["return_hi"])
         y = tuple(_normalised(meta, v) for v in ys) if norm else ys
         if ref:
-            rank, key, dot = "reference", 1e9 + i, '<span class="sw ref"></span>'
+            rank, key, dot, group = "reference", 1e9 + i, '<span class="sw ref"></span>', "—"
         else:
-            others = _shared_with(rows, r)
-            label = rank_label(float(r["rank"]), others, listed=0).split(" with ")[0]
-            rank = (f'<span title="{html.escape("shared with " + ", ".join(others), quote=True)}">{label}</span>'
-                    if others else label)
+            rank = html.escape(rank_text(r).removeprefix("rank ")).replace(" ", "\u00a0")
             key = float(r["rank"]) + i * 1e-6
             dot = f'<span class="sw" style="background:{colors[str(r["algo"])]}"></span>'
-        cells = [(rank, key), (f"{dot}{html.escape(str(r['algo']))}", None), (f"{f}/{n}", f), (f"{u}/{n}", u),
+            group = html.escape(str(r.get("letters") or "—"))
+        within = f"{f}/{n}"
+        if math.isfinite(float(r.get("feasible_lo", math.nan))):
+            within += f" [{_f(r['feasible_lo'], 2)},\u00a0{_f(r['feasible_hi'], 2)}]"
+        cells = [(rank, key), (group, None), (f"{dot}{html.escape(str(r['algo']))}", None), (within, f), (f"{u}/{n}", u),
                  (f"{n - f - u}/{n}", n - f - u), (html.escape(_ci(r["score"], r["score_lo"], r["score_hi"], n)), r["score"]),
                  (html.escape(_ci(*y, n)), y[0]), (html.escape(_ci(r["worst"], r["worst_lo"], r["worst_hi"], n)), r["worst"])]
         tds = "".join(f'<td data-v="{v:.10g}">{c}</td>' if isinstance(v, (int, float)) and math.isfinite(v) else f"<td>{c}</td>"
@@ -282,7 +296,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], tips: Mapping[s
     out = ['<div class="wrap"><table class="full sortable"><thead><tr>'
            + "".join(f'<th title="{html.escape(tips.get(h, ""), quote=True)}">{html.escape(h)}</th>' for h in header)
            + "</tr></thead><tbody>"]
-    cols = [list(header).index(h) for h in ("feasible seeds", "undetermined seeds") if h in header]
+    cols = [i for i, h in enumerate(header) if h.startswith("seeds within d(") or h == "undetermined seeds"]
     for row in rows:
         # Grey only where every seed breaks a limit: none feasible and none undetermined.
         cls = ' class="infeasible"' if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
@@ -371,8 +385,8 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            "<title>constrained-grpo leaderboard</title>", f"<style>{_CSS}</style></head><body>",
            "<h1>constrained-grpo leaderboard</h1>",
-           f'<p class="lead">{html.escape(lb.preamble[0]) if lb.preamble else ""} Per task, the best-ranked '
-           "algorithm whose every seed keeps the limits; ranks come from an exact test over seeds. Hover a column "
+           f'<p class="lead">{html.escape(lb.preamble[0]) if lb.preamble else ""} Per task, the highest-placed '
+           "algorithm whose every seed keeps the limits, with its rank and the range of ranks the seeds allow. Hover a column "
            "for its meaning, click it to sort.</p>"]
     task_sections = [s for s in lb.sections if s.title.startswith("Task ")]
     other = [s for s in lb.sections if not s.title.startswith("Task ")]
@@ -380,7 +394,7 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
     for s in task_sections:
         task = s.title.removeprefix("Task ")
         if task in tasks:
-            verdicts[task] = task_verdict(lb.per_task.get(task), tasks[task], lb.not_ranked.get(task, ()))
+            verdicts[task] = task_verdict(lb.per_task.get(task), tasks[task], lb.not_ranked.get(task, ()), lb.tol)
     out.append('<ul class="glance">' + "".join(
         f'<li><a href="#{_slug(t)}">{html.escape(t)}</a>: {html.escape(v)}</li>' for t, v in verdicts.items()) + "</ul>")
     # One colour per algorithm on the whole page, as in `cgrpo plot`'s figures.
@@ -395,7 +409,8 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
             opt = f"; exact optimum R* = {meta.optimum_return:.4f}" if meta.optimum_return is not None else ""
             out.append(f'<p class="verdict">{html.escape(verdicts[task])}</p>')
             out.append(f'<p class="limits">Limits {html.escape(limits)} (within when J ≤ d(1 + {lb.tol:g})){html.escape(opt)}. '
-                       "The rank counts the algorithms separated above by the test; hover a shared rank for who shares it.</p>")
+                       "Rows by mean score; [L, U] is the range of places the data allow, and rows sharing a group letter are not "
+                       "told apart by the test.</p>")
             ranked, refs = lb.per_task.get(task), lb.references.get(task)
             out.append('<div class="task"><div class="wrap">' + _compact(ranked, refs, meta, colors) + "</div>"
                        + task_figure(ranked, refs, meta, lb.tol, colors) + "</div>")

@@ -244,67 +244,74 @@ def welch_p_values(pairs: Sequence[tuple[np.ndarray, np.ndarray]], *, chunk: int
     return out
 
 
-def _stratified_t2(xs: Sequence[np.ndarray], ys: Sequence[np.ndarray], sel: Sequence[np.ndarray]) -> np.ndarray:
-    """The studentised difference of pooled means over strata (tasks), squared, for each
-    relabelling: T = (Σ_t S_xt/N_x - Σ_t S_yt/N_y) / sqrt(Σ_t n_t s²_xt/N_x² + m_t s²_yt/N_y²),
-    ``sel[t]``: (R, n_t + m_t) 0/1 rows of which runs of stratum t go to x."""
-    nx, ny = sum(len(x) for x in xs), sum(len(y) for y in ys)
-    diff = 0.0
-    var = 0.0
-    for x, y, rows in zip(xs, ys, sel):
-        n, m = len(x), len(y)
-        z = np.concatenate([x, y])
+def _stratified_t2(strata: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]], sel: Sequence[np.ndarray]) -> np.ndarray:
+    """The studentised difference of pooled means over strata (tasks), squared, per relabelling
+    (rows) and pair (columns): T = (Σ_t S_xt/N_x - Σ_t S_yt/N_y) / sqrt(Σ_t n_t s²_xt/N_x² +
+    m_t s²_yt/N_y²). ``strata[t]``: (n_t + m_t, P) pooled runs of stratum t, x's first;
+    ``sel[t]``: (R, n_t + m_t) 0/1 rows of which runs go to x."""
+    nx, ny = sum(n for n, _ in sizes), sum(m for _, m in sizes)
+    diff: np.ndarray | float = 0.0
+    var: np.ndarray | float = 0.0
+    for z, (n, m), rows in zip(strata, sizes, sel):
         a, q = rows @ z, rows @ (z * z)
-        b, r = z.sum() - a, (z * z).sum() - q
+        b, r = z.sum(axis=0) - a, (z * z).sum(axis=0) - q
         diff = diff + a / nx - b / ny
         var = var + (q - a * a / n) / (n - 1) * n / nx**2 + (r - b * b / m) / (m - 1) * m / ny**2
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(var > 0, diff**2 / np.where(var > 0, var, 1.0), np.where(diff != 0, np.inf, 0.0))
 
 
+def _random_splits(n: int, m: int, reps: int, rng: np.random.Generator) -> np.ndarray:
+    pick = np.argsort(rng.random((reps, n + m)), axis=1)[:, :n]
+    rows = np.zeros((reps, n + m))
+    rows[np.arange(reps)[:, None], pick] = 1.0
+    return rows
+
+
 def stratified_welch_p_values(
     pairs: Sequence[tuple[Sequence[np.ndarray], Sequence[np.ndarray]]], *, alpha: float = ALPHA,
-    reps: int = MC_REPS, seed: int = 0, stages: int = 4,
+    reps: int = MC_REPS, seed: int = 0, stages: int = 3, chunk: int = 32,
 ) -> np.ndarray:
     """p of the unpaired permutation test of the studentised pooled mean difference
-    (:func:`_stratified_t2`), labels permuted within each stratum, for each ``(xs, ys)``.
+    (:func:`_stratified_t2`), labels permuted within each stratum, for each ``(xs, ys)``
+    (per stratum, x's runs and y's).
 
-    Monte Carlo, p = (1 + #{t*² >= t²}) / (R + 1), valid for any R. So that no Holm decision
-    depends on the generator's seed, the draws grow in stages: after each, every pair whose
-    99.9% Clopper-Pearson interval for its exact p could move its Holm decision (at ``alpha``,
-    the other pairs at either end of theirs) gets 8 times as many fresh draws, up to ``stages``."""
+    Monte Carlo, p = (1 + #{t*² >= t²}) / (R + 1), valid for any R; pairs with the same
+    strata sizes share the relabellings. So that no Holm decision depends on the generator's
+    seed, the draws grow in stages: after each, every pair whose 99.9% Clopper-Pearson
+    interval for its exact p could move a Holm decision at ``alpha`` (every p at the low end
+    of its interval against every p at the high end: Holm is monotone) gets 8 times as many
+    fresh draws, up to ``stages``."""
     out = np.full(len(pairs), np.nan)
     count = np.zeros(len(pairs))
     total = np.zeros(len(pairs))
-    todo = [i for i, (xs, ys) in enumerate(pairs) if xs and min(min(len(x) for x in xs), min(len(y) for y in ys)) >= 2]
-    grids = {}
+    todo = [i for i, (xs, ys) in enumerate(pairs) if len(xs) and min(min(len(x) for x in xs), min(len(y) for y in ys)) >= 2]
+    grids: dict[int, list[np.ndarray]] = {}
     for i in todo:
         # One integer grid per pair over its strata: sums exact, so p does not depend on the BLAS.
-        xs, ys = [np.asarray(x, float) for x in pairs[i][0]], [np.asarray(y, float) for y in pairs[i][1]]
-        z = _integer_grid(np.concatenate(xs + ys), max(len(x) + len(y) for x, y in zip(xs, ys)))
-        cuts = np.cumsum([len(v) for v in xs + ys])[:-1]
-        parts = np.split(z, cuts)
-        grids[i] = (parts[:len(xs)], parts[len(xs):])
+        pooled = [np.concatenate([np.asarray(x, float), np.asarray(y, float)]) for x, y in zip(*pairs[i])]
+        z = _integer_grid(np.concatenate(pooled), max(v.size for v in pooled))
+        grids[i] = np.split(z, np.cumsum([v.size for v in pooled])[:-1])
     r = reps
     for stage in range(stages):
+        groups: dict[tuple[tuple[int, int], ...], list[int]] = {}
         for i in todo:
-            xs, ys = grids[i]
-            rng = np.random.default_rng([seed, stage, i])
-            sel = []
-            for x, y in zip(xs, ys):
-                n, m = len(x), len(y)
-                pick = np.argsort(rng.random((r, n + m)), axis=1)[:, :n]
-                rows = np.zeros((r, n + m))
-                rows[np.arange(r)[:, None], pick] = 1.0
-                sel.append(rows)
-            obs_rows = [np.concatenate([np.ones(len(x)), np.zeros(len(y))])[None, :] for x, y in zip(xs, ys)]
-            obs = float(_stratified_t2(xs, ys, obs_rows)[0])
-            count[i] += np.count_nonzero(_stratified_t2(xs, ys, sel) >= obs * (1 - 1e-12))
-            total[i] += r
+            groups.setdefault(tuple((len(x), len(y)) for x, y in zip(*pairs[i])), []).append(i)
+        for g, (sizes, members) in enumerate(sorted(groups.items())):
+            rng = np.random.default_rng([seed, stage, g])
+            sel = [_random_splits(n, m, r, rng) for n, m in sizes]
+            first = [np.concatenate([np.ones(n), np.zeros(m)])[None, :] for n, m in sizes]
+            for start in range(0, len(members), chunk):
+                part = members[start:start + chunk]
+                strata = [np.stack([grids[i][t] for i in part], axis=1) for t in range(len(sizes))]
+                obs = _stratified_t2(strata, sizes, first)[0]
+                t2 = _stratified_t2(strata, sizes, sel)
+                count[part] += np.count_nonzero(t2 >= obs * (1 - 1e-12), axis=0)
+                total[part] += r
+        for i in todo:
             out[i] = (1 + count[i]) / (1 + total[i])
         if stage == stages - 1:
             break
-        # Holm is monotone: every p at the low end of its band rejects the most, at the high end the least.
         lo, hi = _cp_band(count, total, 0.001)
         lo, hi = np.where(np.isfinite(out), lo, np.nan), np.where(np.isfinite(out), hi, np.nan)
         most, least = holm(lo) <= alpha, holm(hi) <= alpha
@@ -386,7 +393,8 @@ def rank(
 
     ``scores``: per algorithm its runs' scores, or a (runs x algorithms) array with
     ``names`` (NaN: a missing run). Every pair with >= ``MIN_SEEDS`` runs each is tested
-    (:func:`welch_p_values`, or ``p_values`` given per sorted pair, e.g. a stratified test);
+    (:func:`welch_p_values`; beyond ``EXACT_LIMIT`` relabellings, one stratum of
+    :func:`stratified_welch_p_values`; or ``p_values`` given per sorted pair);
     Holm over them at ``alpha``; a pair whose mean difference is at most its ``resolution``
     (a number, or per sorted pair) is never separated. See the module docstring."""
     if isinstance(scores, np.ndarray):
@@ -410,7 +418,15 @@ def rank(
     if p_values is not None:
         raw = np.array([float(p_values.get(key(i, j), math.nan)) for i, j in tested])
     else:
-        raw = welch_p_values([(data[algos[i]], data[algos[j]]) for i, j in tested])
+        # Exact where the relabellings can be enumerated, else Monte Carlo with seed-stable decisions.
+        raw = np.full(len(tested), np.nan)
+        exact = [t for t, (i, j) in enumerate(tested)
+                 if math.comb(data[algos[i]].size + data[algos[j]].size, data[algos[i]].size) <= EXACT_LIMIT]
+        drawn = [t for t in range(len(tested)) if t not in set(exact)]
+        raw[exact] = welch_p_values([(data[algos[tested[t][0]]], data[algos[tested[t][1]]]) for t in exact])
+        if drawn:
+            raw[drawn] = stratified_welch_p_values([([data[algos[tested[t][0]]]], [data[algos[tested[t][1]]]])
+                                                    for t in drawn], alpha=alpha)
     adj = holm(raw) if len(tested) else np.array([])
     p = np.full((k, k), np.nan)
     q = np.full((k, k), np.nan)

@@ -70,25 +70,35 @@ def wide_page() -> str:
 def test_rank_labels_and_verdict_lines() -> None:
     assert rank_label(1, []) == "1st" and rank_label(3, ["a", "b"]) == "shared 3rd with a, b"
     ranked = pd.DataFrame([
-        {"algo": "a", "rank": 1, "seeds": 10, "feasible_seeds": 7},
-        {"algo": "b", "rank": 1, "seeds": 10, "feasible_seeds": 10},
-        {"algo": "c", "rank": 3, "seeds": 10, "feasible_seeds": 10},
+        {"algo": "a", "rank": 1, "rank_lo": 1, "rank_hi": 2, "shared": False, "seeds": 10, "feasible_seeds": 7,
+         "not_separated": "b"},
+        {"algo": "b", "rank": 2, "rank_lo": 1, "rank_hi": 3, "shared": False, "seeds": 10, "feasible_seeds": 10,
+         "not_separated": "a, c"},
+        {"algo": "c", "rank": 3, "rank_lo": 2, "rank_hi": 3, "shared": False, "seeds": 10, "feasible_seeds": 10,
+         "not_separated": "b"},
     ])
-    # The best-ranked algorithm whose every seed is within, and who shares its rank.
-    assert task_verdict(ranked, META) == "Best within both limits on every seed: b (shared 1st with a)."
-    ranked["feasible_seeds"] = [7, 9, 10]
-    assert task_verdict(ranked, META) == ("Best within both limits on every seed: c (3rd); "
-                                          "2 share 1st (not separated by the test): a, b.")
+    # The highest-placed algorithm whose every seed is within (the tolerance named), its rank
+    # and interval, who the test does not separate from it, and the leader by mean.
+    assert task_verdict(ranked, META, tol=0.1) == (
+        "Best within both limits (J ≤ d(1 + 0.1)) on every seed: b, rank 2 [1, 3]; not separated from a, c; "
+        "highest mean score: a, rank 1 [1, 2].")
+    ranked["feasible_seeds"] = [10, 9, 10]
+    ranked["not_separated"] = ["", "c", "b"]
+    assert task_verdict(ranked, META) == ("Best within both limits on every seed: a, rank 1 [1, 2]; "
+                                          "separated from every other algorithm.")
     ranked["feasible_seeds"] = [7, 9, 0]
     assert task_verdict(ranked, META) == ("No algorithm is within both limits on every seed (the most seeds within: "
-                                          "b (9/10)); 2 share 1st (not separated by the test): a, b.")
+                                          "b (9/10)); highest mean score: a, rank 1 [1, 2].")
+    # Exact ties share a position, and the sentence names each.
+    ranked["rank"], ranked["shared"] = [1, 1, 3], [True, True, False]
+    assert task_verdict(ranked, META).endswith("highest mean score: a, rank 1= [1, 2], b, rank 1= [1, 3].")
 
 
 def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: str) -> None:
     page = wide_page
     glance = page.index('<ul class="glance">')
     assert glance < page.index('<table class="compact') < page.index("<details>")
-    assert "Toy/Wide-v0</a>: Best within both limits on every seed:" in page
+    assert "Toy/Wide-v0</a>: Best within both limits (J ≤ d(1 + 0.1)) on every seed:" in page
     # One notion of feasibility in the main view: seeds within / undecided / breaks, no P(feasible).
     compact = page[page.index('<table class="compact'):page.index("</table>")]
     assert "P(feasible)" not in compact and ">seeds within<" in compact and ">breaks<" in compact
@@ -101,8 +111,8 @@ def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: s
     # The figure is inline: limits, R* and every algorithm drawn, no other file needed.
     svg = page[page.index("<svg"):page.index("</svg>")]
     assert svg.count("<circle") == len(ALGOS) and "tolerance" in svg and "exact optimum R*" in svg
-    # Ranks are spelled out: a shared rank says so.
-    assert re.search(r"<td data-v=\"[0-9.e-]+\"><span title=\"shared with [^\"]+\">shared \d+(st|nd|rd|th)</span></td>", page)
+    # Ranks are spelled out: the position by mean score and its interval, then the group letters.
+    assert re.search(r"<td data-v=\"1(\.0+)?\">1\u00a0\[1,\u00a0\d+\]</td><td>[a-z]+</td>", page)
 
 
 def test_an_algorithm_has_one_colour_on_the_whole_page() -> None:
