@@ -50,7 +50,7 @@ from scipy.stats import rankdata
 from constrained_grpo.eval.scoring import ranking, stats
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
-from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
+from constrained_grpo.eval.scoring.metrics import constrained_score, eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
 from constrained_grpo.schema import TaskMeta
@@ -423,8 +423,13 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         row["tail_feasible_seeds"] = int(g["tail_feasible"].sum())
         # The average iterate's score with the final score's interval, and the final policy's
         # gain over it paired by seed (negative: the deployed policy scores below the tail).
+        # Like with like: the tail's score is a point score (its return and costs over the last
+        # iterations), so the gap takes the final policy's point score too, not its expected
+        # score: identical iterates differ by exactly 0.
         tail = g["tail_score"].to_numpy(dtype=float)
-        gap = g["score"].to_numpy(dtype=float) - tail
+        final_point = np.array([constrained_score(float(ret), meta.optimum_return, float(v), tol)
+                                for ret, v in zip(g["eval_return"], g["violation"])])
+        gap = final_point - tail
         for key, x in (("tail_score", tail), ("iterate_gap", gap)):
             row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], np.mean, reps=reps, seed=seed)
             row[f"{key}_same"] = bool((x == x[0]).all())
@@ -851,8 +856,9 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("avg-iterate feasible", "seeds (or runs) whose average iterate is feasible"),
     ("avg-iterate score", "the constraint-aware score of the average iterate (its return and costs over the last 20% "
      "of training iterations), mean over seeds [95% bootstrap interval, as the final policy's score]"),
-    ("final - avg-iterate score", "the final policy's score minus its average iterate's, paired by seed: mean "
-     "[95% bootstrap interval]; below 0, the deployed policy scores worse than the training tail"),
+    ("final - avg-iterate score", "the final policy's point score (its evaluated return and costs) minus its average "
+     "iterate's (the same from the training tail), paired by seed: mean [95% bootstrap interval]; below 0, the "
+     "deployed policy scores worse than the training tail"),
     ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.scoring.stability), IQM [95% interval]"),
     ("λ class", "most common stability class of the multipliers over seeds"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
