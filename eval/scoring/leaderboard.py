@@ -51,7 +51,7 @@ from constrained_grpo.eval.scoring import ranking, stats
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.scoring.loader import ResultsError, check_submission_table, escape_csv_formulas
 from constrained_grpo.eval.scoring.metrics import constrained_score, eval_summaries, run_metrics
-from constrained_grpo.eval.scoring.stability import limit_scale
+from constrained_grpo.eval.scoring.stability import VERDICTS, limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
 from constrained_grpo.schema import TaskMeta
 
@@ -65,10 +65,12 @@ __all__ = [
     "seeds_to_separate",
     "check_submission",
     "comparability",
+    "glossary",
     "p_feasible",
     "render_html",
     "render_markdown",
     "shared_ranks",
+    "unbroken_groups",
     "write_leaderboard",
 ]
 
@@ -79,7 +81,7 @@ BUDGET_RATIO = 1.25
 #: Significant digits of the floats in ``runs.csv``.
 SIGNIFICANT_DIGITS = 10
 #: Stability classes from best to worst (``constrained_grpo.eval.scoring.stability``).
-_CLASS_ORDER = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
+_CLASS_ORDER = VERDICTS
 
 
 @dataclass(frozen=True)
@@ -435,17 +437,19 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
             row[f"{key}_same"] = bool((x == x[0]).all())
         stab = g["stability"].to_numpy(dtype=float)
         row["stuck_seeds"] = int((g["stability_class"].astype(str) == "stuck").sum()) if "stability_class" in g else 0
-        if np.isfinite(stab).all():
-            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
-            row["stability_same"] = bool((stab == stab[0]).all())
-            counts = Counter(str(c) for c in g["stability_class"])
+        counts = Counter(str(c) for c in g["stability_class"]) if "stability_class" in g else Counter()
+        if np.isfinite(stab).all() or counts.get("switch"):
             top = max(counts.values())
             worst = max((c for c, k in counts.items() if k == top), key=lambda c: _CLASS_ORDER.index(c) if c in _CLASS_ORDER else len(_CLASS_ORDER))
             row["stability_class"] = f"{worst} {top}/{n}"
         else:
+            row["stability_class"] = ""
+        if np.isfinite(stab).all():
+            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
+            row["stability_same"] = bool((stab == stab[0]).all())
+        else:  # no multiplier, or a switch on some seed: no score ("—"), the class says why
             row["stability"] = row["stability_lo"] = row["stability_hi"] = math.nan
             row["stability_same"] = False
-            row["stability_class"] = ""
         track = [g[f"tracking_{k}"].to_numpy(dtype=float) for k in names if f"tracking_{k}" in g]
         track_vals = np.concatenate(track) if track else np.array([])
         track_vals = track_vals[np.isfinite(track_vals)]
@@ -860,7 +864,9 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
      "iterate's (the same from the training tail), paired by seed: mean [95% bootstrap interval]; below 0, the "
      "deployed policy scores worse than the training tail"),
     ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.scoring.stability), IQM [95% interval]"),
-    ("λ class", "most common stability class of the multipliers over seeds"),
+    ("λ class", "most common stability class of the multipliers over seeds; a 'switch' (λ takes two values, one of "
+     "them 0: CRPO's {0, 1}, P3O's {0, 20}) is an on/off rule, not a price, and gets no stability score ('—'); "
+     "'held while slack': λ kept up while its constraint is slack, not settled"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
     ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),
     ("mean task rank", "mean over tasks of the fractional rank of the per-task mean score"),
@@ -868,7 +874,7 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
 )
 
 
-def _glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
+def glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
     """The glossary entries of the columns that appear in ``headers``, in glossary order."""
     present = []
     for key, text in _GLOSSARY:
@@ -877,11 +883,11 @@ def _glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
     return present
 
 
-def _unbroken_groups(cell: str) -> str:
+def unbroken_groups(cell: str) -> str:
     """Spaces inside (...) and [...] made non-breaking: a value and its interval wrap onto two
     lines at most, never inside the interval.
 
-    >>> _unbroken_groups("0.5 [0.1, 0.9]")
+    >>> unbroken_groups("0.5 [0.1, 0.9]")
     '0.5 [0.1,\xa00.9]'
     """
     return re.sub(r"[\[(][^\])]*[\])]", lambda m: m.group(0).replace(" ", "\u00a0"), cell)

@@ -188,3 +188,22 @@ def test_first_screen_in_chromium(wide_page: str, tmp_path: Path, size: tuple[in
     shot = tmp_path / f"first_screen_{w}x{h}.png"
     subprocess.run([*base, f"--screenshot={shot}", wide_page and probe.as_uri()], capture_output=True, timeout=90)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_template_escapes_every_string_it_is_given() -> None:
+    """Titles, notes, headers, cells and the preamble reach the page through the template's
+    autoescaping: markup in any of them is shown, never run; the sorter is the one script."""
+    from constrained_grpo.eval.scoring.leaderboard import Leaderboard, Section
+
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    lb = Leaderboard(
+        runs=pd.DataFrame(),
+        sections=(Section(f"Task T{evil}", (f"note {evil}",), (f"h {evil}", "seeds within d(1 + 0.1)"),
+                          ((f"cell {evil}", "0/1"),)),
+                  Section(f"Suite s{evil}: aggregate", (evil,), ("rank", "algo"), ((evil, evil),))),
+        preamble=(f"lead {evil}", f"rule {evil}"),
+    )
+    page = render_html(lb, figures=[f'plots/a"{evil}.png'])
+    assert page.count("<script>") == 1 and "<img src=x" not in page and 'onerror=alert(1)>' not in page
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
+    assert 'href="plots/a&#34;&lt;script&gt;' in page  # an attribute cannot be closed from a path
