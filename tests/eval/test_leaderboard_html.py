@@ -158,7 +158,7 @@ _PROBE = ("<script>window.addEventListener('load',()=>{const vh=window.innerHeig
           "header:vis(t.tHead),rows_seen:rows.filter(vis).length,rows:rows.length,"
           "boxes:[...document.querySelectorAll('table.compact')].map(b=>b.getBoundingClientRect().right)};"
           "const th=[...t.tHead.rows[0].cells].find(c=>c.textContent.startsWith('score'));th.click();th.click();"
-          "out.sorted=[...t.tBodies[0].rows].map(r=>parseFloat(r.cells[5].dataset.v));"
+          "out.sorted=[...t.tBodies[0].rows].map(r=>parseFloat(r.cells[6].dataset.v));"
           "out.refs_last=[...t.tBodies[0].rows].slice(-2).every(r=>r.classList.contains('ref'));"
           "const d=document.createElement('pre');d.id='cgrpo-probe';d.textContent=JSON.stringify(out);"
           "document.body.appendChild(d);});</script>")
