@@ -16,11 +16,15 @@ Rules (docs/benchmark.md, "Ranking"):
   return, 0) for a run with max_k max(0, J_k - d_k)/c(d_k) <= tol, minus that violation
   otherwise, so that no run over the tolerance outscores one within it. Ranks, aggregates
   and P(X > Y) use the score.
-* **Ranks are shared unless separated.** On a task, algorithm A's rank is 1 + the number
-  of algorithms with a higher mean score that an exact two-sample permutation test of the
-  difference in mean score separates from A, Holm-corrected over the task's pairs at 5%
-  (:func:`shared_ranks`). With fewer than ``MIN_SEEDS_FOR_CI`` seeds nothing is separated,
-  and no interval is printed. No tie is broken by name.
+* **Rows by the estimate, with rank intervals.** On a task, rows are in the order of the mean
+  score; the rank is that position (exact ties share it) with [L, U], its simultaneous 95%
+  interval, and the group letters, from :func:`ranking.rank`: an exact permutation test of
+  Welch's t for each pair, Holm-corrected over the task's pairs at 5%, pairs closer than one
+  run's evaluation resolves never separated. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
+  nothing is separated, and no interval is printed. No tie is broken by name.
+* **Seeds within.** The share of seeds whose final policy keeps every limit up to the
+  tolerance, with its exact Clopper-Pearson interval, beside those within d itself; "feasible?
+  yes" needs P(feasible) >= 0.95 and no seed whose own verdict breaks a limit.
 * **Comparable or not ranked.** Runs of a task are ranked together only when they share
   the evaluation protocol (policies, episodes, reset seeds) and the budget (final env
   steps within a factor ``BUDGET_RATIO``); the loader already refuses runs whose limits
@@ -190,7 +194,8 @@ def shared_ranks(
     reps: int = stats.PERMUTATION_REPS,
     seed: int = stats.BOOTSTRAP_SEED,
 ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], tuple[float, float, float]]]:
-    """Ranks of algorithms from per-seed scores (higher is better).
+    """The board's earlier rule, kept for comparison (the board ranks with :func:`ranking.rank`):
+    ranks of algorithms from per-seed scores (higher is better) by the difference of means.
 
     Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a}.
     Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with the two-sample

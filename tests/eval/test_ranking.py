@@ -192,3 +192,18 @@ def test_more_seeds_than_can_be_enumerated_are_drawn_with_stable_decisions() -> 
     p1 = ranking.stratified_welch_p_values(pairs, seed=1)
     assert ((ranking.holm(p0) <= 0.05) == (ranking.holm(p1) <= 0.05)).all()
     assert abs(p0[1] - p1[1]) < 0.02
+
+
+def test_suite_decisions_do_not_depend_on_the_generator_seed() -> None:
+    """Four tasks of 10 seeds: labels permuted within each task by Monte Carlo. Pairs near a
+    Holm threshold get more draws until their decision is settled, so two generator seeds
+    decide every pair alike; a constant difference on every task is separated, a null pair not."""
+    rng = np.random.default_rng(12)
+    algos = {a: [rng.normal(m, 0.3, 10) for _ in range(4)] for a, m in (("a", 0.0), ("b", 0.0), ("c", 0.6), ("d", 2.0))}
+    names = sorted(algos)
+    pairs = [(x, y) for i, x in enumerate(names) for y in names[i + 1:]]
+    data = [(algos[x], algos[y]) for x, y in pairs]
+    decided = [ranking.holm(ranking.stratified_welch_p_values(data, seed=s)) <= 0.05 for s in (0, 1)]
+    assert (decided[0] == decided[1]).all()
+    got = dict(zip(pairs, decided[0]))
+    assert not got[("a", "b")] and got[("a", "d")] and got[("b", "d")] and got[("c", "d")]
