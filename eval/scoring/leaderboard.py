@@ -576,6 +576,16 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("FAILURE, stuck multiplier: " + ", ".join(stuck) + ": a constraint is violated through the second "
                      "half of training while its multiplier does not move; the dual update is not working (a zero or "
                      "tiny step, a frozen or clipped multiplier).")
+    # A learner whose final policies split between keeping the limits and breaking them (2 or
+    # more seeds each way) is bimodal over seeds: its mean sits between two modes, and its place
+    # among such learners depends on which seeds were drawn.
+    split = [] if ranked is None else [
+        f"{r['algo']} ({int(r['feasible_seeds'])}/{int(r['seeds'])} within, {int(r['breaking_seeds'])} breaking)"
+        for r in ranked.to_dict("records") if int(r["feasible_seeds"]) >= 2 and int(r.get("breaking_seeds", 0)) >= 2]
+    if split:
+        notes.append("Split over seeds (2 or more seeds within the limits and 2 or more breaking them): " + ", ".join(split)
+                     + ". For these the seeds give a count, not a mean: the share within with its interval is the finding, "
+                     "and their order among themselves may change with other seeds (their rank intervals say how far).")
     if ranked is not None and not (ranked["feasible_seeds"] > 0).any():
         notes.append("No algorithm is shown feasible on this task: by the verdict, no seed of any ranked algorithm keeps "
                      f"every limit (each cost's one-sided 95% upper bound within d(1 + {tol:g})); the scores weigh what "

@@ -37,3 +37,14 @@ def test_a_breaking_seed_is_never_inside_a_yes() -> None:
     assert "| 9/10 [0.55, 1.00] | 9/10 | 0/10 | 1.00 | uncertain |" in md
     # The tolerance is named in the header, and "within d" is counted apart.
     assert "seeds within d(1 + 0.1) [95% CI] | seeds within d |" in md
+
+
+def test_a_learner_split_over_seeds_is_named_as_a_count() -> None:
+    # Three seeds within (hazard 0.05) and three breaking (0.3, violation 2): a mean of two modes.
+    rows = [r for s in range(3) for r in run_rows("split", s, ret=1.5, hazard=0.05, exact=True)]
+    rows += [r for s in range(3, 6) for r in run_rows("split", s, ret=1.9, hazard=0.3, exact=True)]
+    rows += [r for s in range(6) for r in run_rows("steady", s, ret=1.2, hazard=0.05, exact=True)]
+    md = render_markdown(build_leaderboard(table(rows), TASKS, reps=300))
+    assert "Split over seeds (2 or more seeds within the limits and 2 or more breaking them): split (3/6 within, " \
+           "3 breaking). For these the seeds give a count, not a mean" in md
+    assert "steady (" not in md.split("Split over seeds")[1].split("\n")[0]
