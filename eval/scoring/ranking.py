@@ -276,7 +276,9 @@ def stratified_welch_p_values(
     (:func:`_stratified_t2`), labels permuted within each stratum, for each ``(xs, ys)``
     (per stratum, x's runs and y's).
 
-    Monte Carlo, p = (1 + #{t*² >= t²}) / (R + 1), valid for any R; pairs with the same
+    A pair of one stratum with at most ``EXACT_LIMIT`` relabellings is Welch's t, tested
+    exactly (:func:`welch_p_values`). Otherwise Monte Carlo, p = (1 + #{t*² >= t²}) / (R + 1),
+    valid for any R; pairs with the same
     strata sizes share the relabellings. So that no Holm decision depends on the generator's
     seed, the draws grow in stages: after each, every pair whose 99.9% Clopper-Pearson
     interval for its exact p could move a Holm decision at ``alpha`` (every p at the low end
@@ -286,6 +288,12 @@ def stratified_welch_p_values(
     count = np.zeros(len(pairs))
     total = np.zeros(len(pairs))
     todo = [i for i, (xs, ys) in enumerate(pairs) if len(xs) and min(min(len(x) for x in xs), min(len(y) for y in ys)) >= 2]
+    # One stratum whose relabellings can be enumerated: the statistic is Welch's t, tested exactly.
+    exact = [i for i in todo if len(pairs[i][0]) == 1
+             and math.comb(len(pairs[i][0][0]) + len(pairs[i][1][0]), len(pairs[i][0][0])) <= EXACT_LIMIT]
+    if exact:
+        out[exact] = welch_p_values([(np.asarray(pairs[i][0][0], float), np.asarray(pairs[i][1][0], float)) for i in exact])
+        todo = [i for i in todo if i not in set(exact)]
     grids: dict[int, list[np.ndarray]] = {}
     for i in todo:
         # One integer grid per pair over its strata: sums exact, so p does not depend on the BLAS.
@@ -314,6 +322,7 @@ def stratified_welch_p_values(
             break
         lo, hi = _cp_band(count, total, 0.001)
         lo, hi = np.where(np.isfinite(out), lo, np.nan), np.where(np.isfinite(out), hi, np.nan)
+        lo[exact], hi[exact] = out[exact], out[exact]  # exact p-values have no Monte Carlo band
         most, least = holm(lo) <= alpha, holm(hi) <= alpha
         todo = [i for i in todo if most[i] != least[i]]
         if not todo:
