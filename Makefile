@@ -31,13 +31,15 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
-# The teaching demo, about 2 min on 2 cores after the install: constrained and unconstrained learners on
-# the 3x3 gridworld (5 seeds, with the reference policies), the coupling figure of the two
-# GRPO aggregators, then the leaderboard ending with one plain sentence per algorithm.
+# The teaching demo, about 3 min on 2 cores after the install: constrained and unconstrained learners on
+# the 3x3 gridworld (7 seeds, with the reference policies), the coupling figure of the two
+# GRPO aggregators, then the leaderboard in words: per task the verdict, the ranks with their
+# intervals and one plain sentence per algorithm (the full table is the page).
 demo: $(STAMP)
 	$(VENV)/bin/cgrpo bench --preset demo --out runs/demo --no-progress
 	$(PY) -m constrained_grpo.eval.studies.coupling demo --out runs/demo/coupling
-	$(VENV)/bin/cgrpo leaderboard runs/demo --explain
+	$(VENV)/bin/cgrpo leaderboard runs/demo --explain --quiet
+	@echo "Full table (every column, with tooltips): runs/demo/leaderboard.html"
 
 # Every speed benchmark (constrained_grpo.eval.bench.*), one CSV each in results/bench;
 # training.csv (training throughput of every algorithm beside plain SB3 PPO, and

@@ -351,18 +351,18 @@ PRESETS: dict[str, Preset] = {
         ),
         # `make demo`: the 3x3 map, whose optimum (1.2, mixing three routes) is solved by hand in
         # docs/tutorial.md. At 300k steps the constrained GRPO learners keep both limits near R*
-        # while ppo and grpo take the gem route over the fuel limit; 5 seeds are the fewest that
-        # give the leaderboard its intervals (stats.MIN_SEEDS_FOR_CI), and too few for the rank
-        # test to separate any of the 10 pairs (9 would: leaderboard.seeds_to_separate), which
-        # the page says; the gridworld plan (4,491 episodes for the hazard rate at 0.2) sizes the evaluation.
+        # while ppo and grpo take the gem route over the fuel limit. 7 seeds: the exact rank test's
+        # smallest p is then 2/C(14, 7) = 5.8e-4, 0.0058 after Holm's 10 pairs, so a pair whose
+        # seeds do not overlap is separated (at 5 seeds, 2/252 x 10 = 0.079, nothing could be).
+        # The gridworld plan (4,491 episodes for the hazard rate at 0.2) sizes the evaluation.
         # Timings in docs/tuning.md.
         Preset(
             "demo",
-            "the teaching demo (`make demo`), about 2 min on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "
-            "constrained vs unconstrained learners and the reference policies, 5 seeds x 300k steps",
+            "the teaching demo (`make demo`), about 3 min on 2 cores (--workers 2): Grid/HazardFuel3x3-v0, "
+            "constrained vs unconstrained learners and the reference policies, 7 seeds x 300k steps",
             tasks=("Grid/HazardFuel3x3-v0",),
             algos=("cgrpo", "grpo-screw", "ppo-lag", "ppo", "grpo"),
-            seeds=tuple(range(5)),
+            seeds=tuple(range(7)),
             steps=300_000,
             references=True,
         ),

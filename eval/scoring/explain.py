@@ -86,10 +86,12 @@ def algo_summary(runs: pd.DataFrame, meta: TaskMeta) -> dict[str, Any]:
         "unsure": {k: int(unsure[k].sum()) for k in names},
         "unsure_cost": {k: mean_of(f"eval_cost_{k}", unsure[k]) for k in names},
         "unsure_upper": {k: mean_of(f"eval_cost_hi_{k}", unsure[k]) for k in names},
-        # Seeds whose final policy is not within the limits while their average iterate (the
-        # training tail) is: the run has not converged at its budget, it cycles around the limits.
-        "unconverged": int(((g["feasibility"] != "feasible") & tail_ok).sum()),
-        "unconverged_return": (mean_of("final_return", (g["feasibility"] != "feasible") & tail_ok)
+        # Seeds whose final policy breaks a limit while their average iterate (the training tail)
+        # keeps them: the run has not converged at its budget, it cycles around the limits. Only
+        # a clear break counts: the tail's verdict is a point one, and a final policy its episodes
+        # cannot tell (undetermined) may be the very same policy.
+        "unconverged": int(((g["feasibility"] == "violates") & tail_ok).sum()),
+        "unconverged_return": (mean_of("final_return", (g["feasibility"] == "violates") & tail_ok)
                                if "final_return" in g else math.nan),
         # The average iterate's mean costs over all seeds (the leaderboard's table has its return
         # and score, not its costs): what the sentence quotes when the final policy scores
@@ -174,31 +176,30 @@ def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
 
 
 def rank_groups(ranked: pd.DataFrame) -> str:
-    """The task's ranks as groups, each with its algorithms and their mean scores' range:
-    ``shared 1st: a, b (score 0.77 to 0.99); 3rd: c (score 0.5)``."""
-    from constrained_grpo.eval.scoring.page import ordinal
+    """The task's rows in the order of the mean score, each with its rank interval and group
+    letters: ``a 1 [1, 2] (a, score 0.99); b 2 [1, 3] (ab, score 0.77)``."""
+    from constrained_grpo.eval.scoring.page import rank_text
 
     parts = []
-    for rank, g in ranked.groupby("rank", sort=True):
-        scores = g["score"].astype(float)
-        lo, hi = _g(float(scores.min())), _g(float(scores.max()))
-        span = f"score {lo}" if lo == hi else f"score {lo} to {hi}"
-        label = ("shared " if len(g) > 1 else "") + ordinal(int(rank))
-        parts.append(f"{label}: {', '.join(g['algo'].astype(str))} ({span})")
+    for r in ranked.to_dict("records"):
+        letters = str(r.get("letters") or "")
+        parts.append(f"{r['algo']} {rank_text(r).removeprefix('rank ')} ({letters + ', ' if letters else ''}"
+                     f"score {_g(float(r['score']))})")
     return "; ".join(parts)
 
 
 def task_summary(lb: Leaderboard, meta: TaskMeta) -> list[str]:
     """Two lines before the sentences: the task's verdict (``page.task_verdict``) and its
-    ranks as separated groups, with how many pairs the test separates."""
+    rows in the order of the mean score with their rank intervals and groups."""
     from constrained_grpo.eval.scoring.page import task_verdict
 
     ranked = lb.per_task.get(meta.task)
-    lines = [task_verdict(ranked, meta, lb.not_ranked.get(meta.task, ()))]
+    lines = [task_verdict(ranked, meta, lb.not_ranked.get(meta.task, ()), getattr(lb, "tol", None))]
     if ranked is not None and len(ranked) > 1 and ranked["rank"].notna().all():
         a = ranked.attrs
-        lines.append(f"Ranks (each counts the algorithms the test separates above; {a.get('pairs_separated', 0)} of "
-                     f"{a.get('pairs', 0)} pairs separated, p-values in pairs.csv): {rank_groups(ranked)}.")
+        lines.append(f"By mean score, each with [L, U], the ranks the data allow at 95% for all at once, and its group "
+                     f"(a shared letter: not told apart; {a.get('pairs_separated', 0)} of {a.get('pairs', 0)} pairs "
+                     f"separated, p-values in pairs.csv): {rank_groups(ranked)}.")
     return lines
 
 

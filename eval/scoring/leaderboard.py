@@ -16,11 +16,15 @@ Rules (docs/benchmark.md, "Ranking"):
   return, 0) for a run with max_k max(0, J_k - d_k)/c(d_k) <= tol, minus that violation
   otherwise, so that no run over the tolerance outscores one within it. Ranks, aggregates
   and P(X > Y) use the score.
-* **Ranks are shared unless separated.** On a task, algorithm A's rank is 1 + the number
-  of algorithms with a higher mean score that an exact two-sample permutation test of the
-  difference in mean score separates from A, Holm-corrected over the task's pairs at 5%
-  (:func:`shared_ranks`). With fewer than ``MIN_SEEDS_FOR_CI`` seeds nothing is separated,
-  and no interval is printed. No tie is broken by name.
+* **Rows by the estimate, with rank intervals.** On a task, rows are in the order of the mean
+  score; the rank is that position (exact ties share it) with [L, U], its simultaneous 95%
+  interval, and the group letters, from :func:`ranking.rank`: an exact permutation test of
+  Welch's t for each pair, Holm-corrected over the task's pairs at 5%, pairs closer than one
+  run's evaluation resolves never separated. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
+  nothing is separated, and no interval is printed. No tie is broken by name.
+* **Seeds within.** The share of seeds whose final policy keeps every limit up to the
+  tolerance, with its exact Clopper-Pearson interval, beside those within d itself; "feasible?
+  yes" needs P(feasible) >= 0.95 and no seed whose own verdict breaks a limit.
 * **Comparable or not ranked.** Runs of a task are ranked together only when they share
   the evaluation protocol (policies, episodes, reset seeds) and the budget (final env
   steps within a factor ``BUDGET_RATIO``); the loader already refuses runs whose limits
@@ -47,12 +51,12 @@ import numpy as np
 import pandas as pd
 from scipy.stats import rankdata
 
-from constrained_grpo.eval.scoring import stats
+from constrained_grpo.eval.scoring import ranking, stats
 from constrained_grpo.eval import storage
 from constrained_grpo.files import atomic_write_many
 from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
-from constrained_grpo.eval.scoring.metrics import eval_summaries, run_metrics
-from constrained_grpo.eval.scoring.stability import limit_scale
+from constrained_grpo.eval.scoring.metrics import constrained_score, eval_summaries, run_metrics
+from constrained_grpo.eval.scoring.stability import VERDICTS, limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
 from constrained_grpo.schema import TaskMeta
 
@@ -66,10 +70,12 @@ __all__ = [
     "seeds_to_separate",
     "check_submission",
     "comparability",
+    "glossary",
     "p_feasible",
     "render_html",
     "render_markdown",
     "shared_ranks",
+    "unbroken_groups",
     "write_leaderboard",
 ]
 
@@ -80,7 +86,7 @@ BUDGET_RATIO = 1.25
 #: Significant digits of the floats in ``runs.csv``.
 SIGNIFICANT_DIGITS = 10
 #: Stability classes from best to worst (``constrained_grpo.eval.scoring.stability``).
-_CLASS_ORDER = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
+_CLASS_ORDER = VERDICTS
 
 
 @dataclass(frozen=True)
@@ -162,9 +168,10 @@ def _frac(k: int, n: int) -> str:
     return f"{k}/{n}"
 
 
-def _rank_cell(rank: float, shared: bool) -> str:
-    text = f"{rank:g}"
-    return text + "=" if shared else text
+def _rank_cell(rank: float, shared: bool, lo: float = math.nan, hi: float = math.nan) -> str:
+    """``position [L, U]``: the place by mean score ('=' for an exact tie) and the rank interval."""
+    text = f"{rank:g}" + ("=" if shared else "")
+    return text + (f" [{lo:g}, {hi:g}]" if math.isfinite(lo) and math.isfinite(hi) else "")
 
 
 # -------------------------------------------------------------------------------- ranking
@@ -190,7 +197,8 @@ def shared_ranks(
     reps: int = stats.PERMUTATION_REPS,
     seed: int = stats.BOOTSTRAP_SEED,
 ) -> tuple[dict[str, int], dict[str, float], dict[tuple[str, str], tuple[float, float, float]]]:
-    """Ranks of algorithms from per-seed scores (higher is better).
+    """The board's earlier rule, kept for comparison (the board ranks with :func:`ranking.rank`):
+    ranks of algorithms from per-seed scores (higher is better) by the difference of means.
 
     Returns ``(rank, average_rank, diff)``: ``rank[a]`` = 1 + #{b: b separated above a}.
     Every pair with >= MIN_SEEDS_FOR_CI seeds each is tested with the two-sample
@@ -269,6 +277,49 @@ def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str
 def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:
     d = diff.get((a, b))
     return d is not None and d[2] <= SEPARATION_ALPHA and d[0] != 0
+
+
+def _attach_ranking(df: pd.DataFrame, result: ranking.Ranking) -> None:
+    """Columns rank (the position by mean score), rank_lo, rank_hi, shared, letters and
+    not_separated, and the pair records in ``df.attrs``, from a :class:`ranking.Ranking`."""
+    at = {a: i for i, a in enumerate(result.algos)}
+    idx = [at[str(a)] for a in df["algo"]]
+    df["rank"] = [float(result.position[i]) for i in idx]
+    df["rank_lo"] = [float(result.lower[i]) for i in idx]
+    df["rank_hi"] = [float(result.upper[i]) for i in idx]
+    df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
+    df["letters"] = [result.letters[i] for i in idx]
+    df["not_separated"] = [", ".join(sorted(result.not_separated(str(a)))) for a in df["algo"]]
+    df.attrs.update(_ranked_attrs(result))
+
+
+def _score_resolution(g: pd.DataFrame, meta: TaskMeta) -> float:
+    """What one run's evaluation can resolve of the score: per run whose score rests on its
+    costs (undetermined or breaking), max_k se(J_k)/c(d_k), the standard error of its
+    normalised violation over the evaluation episodes (0 for a feasible run, whose score is
+    its return); the median over the algorithm's runs."""
+    if not meta.constraints or g.empty:
+        return 0.0
+    se = np.column_stack([g[f"eval_cost_se_{c.name}"].to_numpy(dtype=float) / limit_scale(c.limit)
+                          if f"eval_cost_se_{c.name}" in g else np.zeros(len(g)) for c in meta.constraints])
+    per_run = np.where(g["feasibility"].to_numpy() == "feasible", 0.0, np.nan_to_num(se, nan=0.0).max(axis=1))
+    return float(np.median(per_run))
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The exact two-sided interval for a share k/n: [B(a/2; k, n - k + 1), B(1 - a/2; k + 1, n - k)].
+
+    >>> [round(x, 3) for x in clopper_pearson(10, 10)]
+    [0.692, 1.0]
+    """
+    from scipy.stats import beta
+
+    if n <= 0:
+        return math.nan, math.nan
+    a = 1 - level
+    lo = 0.0 if k == 0 else float(beta.ppf(a / 2, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1 - a / 2, k + 1, n - k))
+    return lo, hi
 
 
 # ------------------------------------------------------------------------- comparability
@@ -364,9 +415,17 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         norm = g["eval_return_norm"].to_numpy(dtype=float)
         row["norm"] = _iqm(norm) if np.isfinite(norm).all() else math.nan
         row["feasible_seeds"] = int((g["feasibility"] == "feasible").sum())
+        row["feasible_lo"], row["feasible_hi"] = clopper_pearson(row["feasible_seeds"], n)
         row["undetermined_seeds"] = int((g["feasibility"] == "undetermined").sum())
+        row["breaking_seeds"] = int((g["feasibility"] == "violates").sum())
+        # Within d itself (no tolerance): every cost's one-sided 95% upper bound at most d_k.
+        row["within_d_seeds"] = int(np.all([g[f"eval_cost_hi_{c.name}"].to_numpy(dtype=float) <= c.limit
+                                            for c in meta.constraints], axis=0).sum()) if names else n
         row["p_feasible"] = p_feasible(g, meta, tol, reps=reps, seed=seed)
-        row["verdict"] = "yes" if row["p_feasible"] >= 0.95 else ("no" if row["p_feasible"] <= 0.05 else "uncertain")
+        # "yes" only when no seed's own verdict breaks a limit: P(feasible) averages over seeds.
+        row["verdict"] = ("yes" if row["p_feasible"] >= 0.95 and not row["breaking_seeds"]
+                          else ("no" if row["p_feasible"] <= 0.05 else "uncertain"))
+        row["resolution"] = _score_resolution(g, meta)
         for k in names:
             row[f"cost_{k}"] = float(np.mean(g[f"eval_cost_{k}"]))
             row[f"within_{k}"] = float(np.mean(g[f"within_{k}"]))
@@ -377,24 +436,31 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         row["tail_feasible_seeds"] = int(g["tail_feasible"].sum())
         # The average iterate's score with the final score's interval, and the final policy's
         # gain over it paired by seed (negative: the deployed policy scores below the tail).
+        # Like with like: the tail's score is a point score (its return and costs over the last
+        # iterations), so the gap takes the final policy's point score too, not its expected
+        # score: identical iterates differ by exactly 0.
         tail = g["tail_score"].to_numpy(dtype=float)
-        gap = g["score"].to_numpy(dtype=float) - tail
+        final_point = np.array([constrained_score(float(ret), meta.optimum_return, float(v), tol)
+                                for ret, v in zip(g["eval_return"], g["violation"])])
+        gap = final_point - tail
         for key, x in (("tail_score", tail), ("iterate_gap", gap)):
             row[key], row[f"{key}_lo"], row[f"{key}_hi"] = stats.stratified_bootstrap_ci([x], np.mean, reps=reps, seed=seed)
             row[f"{key}_same"] = bool((x == x[0]).all())
         stab = g["stability"].to_numpy(dtype=float)
         row["stuck_seeds"] = int((g["stability_class"].astype(str) == "stuck").sum()) if "stability_class" in g else 0
-        if np.isfinite(stab).all():
-            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
-            row["stability_same"] = bool((stab == stab[0]).all())
-            counts = Counter(str(c) for c in g["stability_class"])
+        counts = Counter(str(c) for c in g["stability_class"]) if "stability_class" in g else Counter()
+        if np.isfinite(stab).all() or counts.get("switch"):
             top = max(counts.values())
             worst = max((c for c, k in counts.items() if k == top), key=lambda c: _CLASS_ORDER.index(c) if c in _CLASS_ORDER else len(_CLASS_ORDER))
             row["stability_class"] = f"{worst} {top}/{n}"
         else:
+            row["stability_class"] = ""
+        if np.isfinite(stab).all():
+            row["stability"], row["stability_lo"], row["stability_hi"] = stats.stratified_bootstrap_ci([stab], stats.iqm, reps=reps, seed=seed)
+            row["stability_same"] = bool((stab == stab[0]).all())
+        else:  # no multiplier, or a switch on some seed: no score ("—"), the class says why
             row["stability"] = row["stability_lo"] = row["stability_hi"] = math.nan
             row["stability_same"] = False
-            row["stability_class"] = ""
         track = [g[f"tracking_{k}"].to_numpy(dtype=float) for k in names if f"tracking_{k}" in g]
         track_vals = np.concatenate(track) if track else np.array([])
         track_vals = track_vals[np.isfinite(track_vals)]
@@ -404,25 +470,17 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         out.append(row)
     df = pd.DataFrame(out)
     if ranked:
-        rank, avg, diff = shared_ranks(samples, seed=seed)
-        df["rank"] = df["algo"].map(rank)
-        df["avg_rank"] = df["algo"].map(avg)
-        df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
-        df["not_separated"] = [
-            ", ".join(b for b in sorted(samples) if b != a and not _separated(diff, a, b)) for a in df["algo"]
-        ]
-        df["_point"] = -df["score"].map(_round_key)
-        df = df.sort_values(["rank", "_point", "algo"], kind="mergesort").drop(columns="_point")
-        names = sorted(samples)
-        pairs = [(a, b) for i, a in enumerate(names) for b in names[i + 1:]]
-        df.attrs["pairs"] = len(pairs)
-        df.attrs["pairs_tested"] = sum((a, b) in diff for a, b in pairs)
-        df.attrs["pairs_separated"] = sum(_separated(diff, a, b) for a, b in pairs)
-        df.attrs["pair_tests"] = _pair_records(pairs, diff)
+        res = dict(zip(df["algo"].astype(str), df["resolution"]))
+        result = ranking.rank(samples, resolution={(a, b): max(res[a], res[b]) for a in res for b in res if a < b})
+        df = df.set_index("algo").loc[list(result.algos)].reset_index()
+        _attach_ranking(df, result)
+        df["avg_rank"] = rankdata(-np.array([_round_key(m) for m in df["score"]]), method="average")
     else:
         df["rank"] = math.nan
         df["avg_rank"] = math.nan
         df["shared"] = False
+        df["rank_lo"] = df["rank_hi"] = math.nan
+        df["letters"] = ""
         df["not_separated"] = ""
     cols = ["rank", "avg_rank", "shared", *[c for c in df.columns if c not in ("rank", "avg_rank", "shared")]]
     return df[cols].reset_index(drop=True)
@@ -463,8 +521,8 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
-    header = ["rank", "algo", "seeds", "feasible seeds", "undetermined seeds", "P(feasible)", "feasible?", "score mean [95% CI]", "return IQM [95% CI]",
-              "norm. return"]
+    header = ["rank [L, U]", "group", "algo", "seeds", f"seeds within d(1 + {tol:g}) [95% CI]", "seeds within d",
+              "undetermined seeds", "P(feasible)", "feasible?", "score mean [95% CI]", "return IQM [95% CI]", "norm. return"]
     for c in meta.constraints:
         header += [f"J {c.name} (d={_limit(c.limit)})", f"within {c.name}", f"viol. {c.name}"]
     header += ["greedy return", "greedy feasible", "avg-iterate return", "avg-iterate feasible",
@@ -477,8 +535,10 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         elif not math.isfinite(float(r["rank"])):
             rank = "—"
         else:
-            rank = _rank_cell(float(r["rank"]), bool(r["shared"]))
-        cells = [rank, str(r["algo"]), str(n), _frac(int(r["feasible_seeds"]), n), _frac(int(r["undetermined_seeds"]), n),
+            rank = _rank_cell(float(r["rank"]), bool(r["shared"]), float(r["rank_lo"]), float(r["rank_hi"]))
+        within = _frac(int(r["feasible_seeds"]), n) + f" [{_num(r['feasible_lo'], 2)}, {_num(r['feasible_hi'], 2)}]"
+        cells = [rank, str(r.get("letters") or "—") if not r["reference"] else "—", str(r["algo"]), str(n), within,
+                 _frac(int(r["within_d_seeds"]), n), _frac(int(r["undetermined_seeds"]), n),
                  _num(r["p_feasible"], 2), str(r["verdict"]),
                  _ci(r["score"], r["score_lo"], r["score_hi"], n, same=r["score_same"]),
                  _ci(r["return"], r["return_lo"], r["return_hi"], n, same=r["return_same"]),
@@ -505,8 +565,11 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     if ranked is not None and ranked.attrs.get("pairs"):
         a = ranked.attrs
         notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
-                     "two-sample permutation test of the mean score difference, Holm-corrected over the task's pairs at 5% "
-                     f"({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv).")
+                     "two-sample permutation test of Welch's t (equal mean scores, spreads free), Holm-corrected over the "
+                     f"task's pairs at 5% ({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv). Rows in "
+                     "the order of the mean score; rank = that position, [L, U] its simultaneous 95% interval (L = 1 + the "
+                     "algorithms separated above, U = the count minus those separated below); two rows share a group "
+                     "letter exactly when the test does not separate them.")
     undetermined = _undetermined_note(learner_runs, meta, tol) if learner_runs is not None else None
     if undetermined:
         notes.append(undetermined)
@@ -519,6 +582,16 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         notes.append("FAILURE, stuck multiplier: " + ", ".join(stuck) + ": a constraint is violated through the second "
                      "half of training while its multiplier does not move; the dual update is not working (a zero or "
                      "tiny step, a frozen or clipped multiplier).")
+    # A learner whose final policies split between keeping the limits and breaking them (2 or
+    # more seeds each way) is bimodal over seeds: its mean sits between two modes, and its place
+    # among such learners depends on which seeds were drawn.
+    split = [] if ranked is None else [
+        f"{r['algo']} ({int(r['feasible_seeds'])}/{int(r['seeds'])} within, {int(r['breaking_seeds'])} breaking)"
+        for r in ranked.to_dict("records") if int(r["feasible_seeds"]) >= 2 and int(r.get("breaking_seeds", 0)) >= 2]
+    if split:
+        notes.append("Split over seeds (2 or more seeds within the limits and 2 or more breaking them): " + ", ".join(split)
+                     + ". For these the seeds give a count, not a mean: the share within with its interval is the finding, "
+                     "and their order among themselves may change with other seeds (their rank intervals say how far).")
     if ranked is not None and not (ranked["feasible_seeds"] > 0).any():
         notes.append("No algorithm is shown feasible on this task: by the verdict, no seed of any ranked algorithm keeps "
                      f"every limit (each cost's one-sided 95% upper bound within d(1 + {tol:g})); the scores weigh what "
@@ -561,26 +634,35 @@ def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Se
             "mean_rank": float(np.mean([per_task[t].set_index("algo").loc[algo, "avg_rank"] for t in tasks if algo in set(per_task[t]["algo"])])),
         })
     df = pd.DataFrame(out)
-    # Separation over the suite: the permutation test of the difference in pooled mean score
-    # (the statistic ranked by), labels permuted within each task (as on a task), among
-    # algorithms that ran every task with enough seeds; Holm over the suite's pairs.
+    # Separation over the suite: the studentised difference of pooled mean scores (the
+    # statistic ranked by, over its own standard error), labels permuted within each task:
+    # unpaired, as on a task. Monte Carlo with draws enough that no decision depends on the
+    # generator's seed (ranking.stratified_welch_p_values), among algorithms that ran every
+    # task with enough seeds; Holm over the suite's pairs.
     full = [a for a in df["algo"] if len(by[a]) == len(tasks)]
     tested = [(a, b) for i, a in enumerate(full) for b in full[i + 1:]
               if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) >= stats.MIN_SEEDS_FOR_CI]
-    tasks_of = {pair: sorted(set(by[pair[0]]) & set(by[pair[1]])) for pair in tested}
-    p = stats.two_sample_p_values([([by[a][t] for t in tasks_of[(a, b)]], [by[b][t] for t in tasks_of[(a, b)]])
-                                   for a, b in tested], seed=seed)
-    raw = {(a, b): (float(np.mean(np.concatenate([by[a][t] for t in tasks_of[(a, b)]]))
-                          - np.mean(np.concatenate([by[b][t] for t in tasks_of[(a, b)]]))), q)
-           for (a, b), q in zip(tested, p)}
-    rank, _, diff = _ranks_from_tests(full, raw, {a: np.concatenate(list(by[a].values())) for a in full})
-    df["rank"] = [rank[a] if a in full else math.nan for a in df["algo"]]
-    df["shared"] = df["rank"].map(df["rank"].value_counts()) > 1
-    df["not_separated"] = [", ".join(b for b in full if b != a and not _separated(diff, a, b)) if a in full else "" for a in df["algo"]]
-    df.attrs["pair_tests"] = _pair_records([(a, b) for i, a in enumerate(full) for b in full[i + 1:]], diff)
-    df["_point"] = -df["mean"].map(_round_key)
-    df = df.sort_values(["rank", "_point", "algo"], kind="mergesort", na_position="last").drop(columns="_point")
+    p = ranking.stratified_welch_p_values([([by[a][t] for t in tasks], [by[b][t] for t in tasks]) for a, b in tested],
+                                          seed=seed)
+    # An algorithm's resolution over the suite: the coarsest of its tasks' (what one run resolves).
+    res = {a: max(float(per_task[t].set_index("algo").loc[a, "resolution"]) for t in tasks) for a in full}
+    result = ranking.rank({a: np.concatenate([by[a][t] for t in tasks]) for a in full},
+                          p_values={pair: float(q) for pair, q in zip(tested, p)},
+                          resolution={(a, b): max(res[a], res[b]) for a in full for b in full if a < b})
+    rest = df[~df["algo"].isin(full)]
+    df = df.set_index("algo").loc[list(result.algos)].reset_index()
+    _attach_ranking(df, result)
+    if len(rest):
+        rest = rest.assign(rank=math.nan, rank_lo=math.nan, rank_hi=math.nan, shared=False, letters="", not_separated="")
+        df = pd.concat([df, rest.sort_values("algo")], ignore_index=True)
+        df.attrs = dict(_ranked_attrs(result))
     return df.reset_index(drop=True)
+
+
+def _ranked_attrs(result: ranking.Ranking) -> dict[str, object]:
+    records = result.pairs()
+    return {"pairs": len(result.algos) * (len(result.algos) - 1) // 2, "pairs_tested": len(records),
+            "pairs_separated": sum(bool(r["separated"]) for r in records), "pair_tests": _Records(records)}
 
 
 def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Mapping[str, TaskMeta],
@@ -593,13 +675,14 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
             "No ranked task of this suite has an exact optimum, so scores cannot be normalised across tasks; "
             "see the per-task tables.",), (), ())], None
     df = _overall(runs, per_task, with_opt, reps, seed)
-    header = ("rank", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
+    header = ("rank [L, U]", "group", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
               "mean task rank", "avg-iterate feasible runs", "not separated from")
     rows = []
     for r in df.to_dict("records"):
         n = int(r["min_seeds"])
-        rank = "—" if not math.isfinite(float(r["rank"])) else _rank_cell(float(r["rank"]), bool(r["shared"]))
-        rows.append((rank, str(r["algo"]), str(r["tasks"]), str(r["runs"]), _frac(int(r["feasible_runs"]), int(r["runs"])),
+        rank = ("—" if not math.isfinite(float(r["rank"]))
+                else _rank_cell(float(r["rank"]), bool(r["shared"]), float(r["rank_lo"]), float(r["rank_hi"])))
+        rows.append((rank, str(r["letters"]) or "—", str(r["algo"]), str(r["tasks"]), str(r["runs"]), _frac(int(r["feasible_runs"]), int(r["runs"])),
                      _frac(int(r["undetermined_runs"]), int(r["runs"])),
                      _ci(r["iqm"], r["iqm_lo"], r["iqm_hi"], n), _ci(r["mean"], r["mean_lo"], r["mean_hi"], n),
                      _num(r["mean_rank"], 2), _frac(int(r["tail_feasible_runs"]), int(r["runs"])),
@@ -676,7 +759,7 @@ def build_leaderboard(
         "average iterate (the last 20% of training iterations) are reported beside it.",
         "Feasibility of a run, from one-sided 95% bounds on each evaluated cost over its episodes (exact "
         "Clopper-Pearson for indicator costs, Student's t otherwise): "
-        f"feasible when every upper bound is within d_k(1 + {tol:g}), breaks a limit when some lower bound (at 5%/K) "
+        f"feasible ('within') when every upper bound is within d_k(1 + {tol:g}), breaks a limit when some lower bound (at 5%/K) "
         "is above it, undetermined otherwise (the episodes cannot tell); each wrong call has probability at most 5%. "
         "P(feasible): the share of bootstrap "
         "replicates (seeds resampled, each cost moved by its evaluation noise) whose mean violation "
@@ -687,11 +770,13 @@ def build_leaderboard(
         "posterior for an indicator, a t-scale normal otherwise): a run clearly over the tolerance never scores above "
         "one clearly within it, and one its episodes cannot tell is neither a keeper nor a violator by its point "
         "estimate alone. Ranks, aggregates and P(X > Y) use the score.",
-        "Ranks are shared unless separated: rank = 1 + the number of algorithms whose mean score is higher and "
-        "separated from it by an exact permutation test of the mean difference (the two algorithms' runs relabelled; within each task in "
-        f"the aggregates) with Holm's correction over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); "
-        f"'=' marks a shared rank. With fewer than {stats.MIN_SEEDS_FOR_CI} seeds no interval is printed and nothing "
-        "is separated.",
+        "Rows in the order of the mean score: rank = 1 + the number of algorithms with a higher mean ('=' marks an "
+        "exact tie), and [L, U] its simultaneous 95% interval from the pair tests: an exact permutation test of Welch's "
+        "t (equal mean scores, whatever the spreads; labels permuted within each task in the aggregates, unpaired), "
+        f"Holm-corrected over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); L = 1 + the algorithms "
+        "separated above, U = their count minus those separated below. Two algorithms share a group letter exactly "
+        "when not separated; pairs closer than one run's evaluation can resolve are never separated. With fewer than "
+        f"{stats.MIN_SEEDS_FOR_CI} seeds nothing is separated.",
         f"Intervals: 95% percentile bootstrap over seeds ({reps} replicates, seed {seed}), stratified by task in "
         "the aggregates (rliable); a zero-width interval says why: '(identical seeds)' when every seed has the same "
         "value, else that most seeds share one.",
@@ -770,21 +855,28 @@ def render_markdown(lb: Leaderboard) -> str:
 
 #: What each column means (a column named per constraint is matched by its prefix).
 _GLOSSARY: tuple[tuple[str, str], ...] = (
-    ("rank", "1 + the number of algorithms whose mean score is higher and separated by an exact two-sample "
-     "permutation test, Holm-corrected over the pairs at 5%; '=' marks a shared rank"),
+    ("rank", "position by mean score (1 + the algorithms with a higher mean; '=' an exact tie) and [L, U], its "
+     "simultaneous 95% interval: L = 1 + the algorithms separated above, U = the count minus those separated below "
+     "(exact permutation test of Welch's t, Holm over the pairs at 5%)"),
+    ("group", "letters: two algorithms share one exactly when the test does not separate them (not that they are "
+     "equal: 10 seeds cannot tell them apart)"),
     ("algo", "the algorithm (cgrpo algos lists them)"),
     ("seeds", "runs (seeds) of the algorithm on the task"),
     ("tasks", "tasks of the suite the algorithm ran on"),
     ("runs", "runs of the algorithm over the suite's tasks"),
-    ("feasible seeds", "seeds whose final policy keeps every limit: the one-sided 95% upper bound of each "
-     "evaluated cost J_k is within d_k(1 + tol)"),
+    ("seeds within d(", "seeds whose final policy keeps every limit up to the tolerance: the one-sided 95% upper bound "
+     "of each evaluated cost J_k is at most d_k(1 + tol), tol as in the header; [exact Clopper-Pearson 95% interval "
+     "for the share of seeds]"),
+    ("seeds within d", "seeds whose final policy keeps every limit itself: each cost's one-sided 95% upper bound is "
+     "at most d_k (no tolerance)"),
     ("undetermined seeds", "seeds where no limit is broken but some cost's bounds straddle d_k(1 + tol): "
      "the evaluation episodes cannot tell (the rest of the seeds break a limit: a lower bound above it)"),
     ("feasible runs", "runs whose final policy is feasible"),
     ("undetermined runs", "runs whose feasibility the evaluation episodes cannot tell"),
     ("P(feasible)", "share of bootstrap replicates (seeds resampled, each cost moved by its evaluation noise) "
      "whose mean violation is within the tolerance"),
-    ("feasible?", "the algorithm's verdict on the task: yes when P(feasible) >= 0.95, no when <= 0.05, else uncertain"),
+    ("feasible?", "the algorithm's verdict on the task: yes when P(feasible) >= 0.95 and no seed breaks a limit "
+     "(its own verdict), no when P(feasible) <= 0.05, else uncertain"),
     ("score", "constraint-aware score: max(normalised return, 0) if within the tolerance, else minus the largest "
      "normalised violation, averaged over what the evaluation episodes cannot tell about each cost; mean or "
      "IQM (interquartile mean) over seeds, [95% bootstrap interval]"),
@@ -799,18 +891,21 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("avg-iterate feasible", "seeds (or runs) whose average iterate is feasible"),
     ("avg-iterate score", "the constraint-aware score of the average iterate (its return and costs over the last 20% "
      "of training iterations), mean over seeds [95% bootstrap interval, as the final policy's score]"),
-    ("final - avg-iterate score", "the final policy's score minus its average iterate's, paired by seed: mean "
-     "[95% bootstrap interval]; below 0, the deployed policy scores worse than the training tail"),
+    ("final - avg-iterate score", "the final policy's point score (its evaluated return and costs) minus its average "
+     "iterate's (the same from the training tail), paired by seed: mean [95% bootstrap interval]; below 0, the "
+     "deployed policy scores worse than the training tail"),
     ("λ stability", "multiplier stability, 1 best (constrained_grpo.eval.scoring.stability), IQM [95% interval]"),
-    ("λ class", "most common stability class of the multipliers over seeds"),
+    ("λ class", "most common stability class of the multipliers over seeds; a 'switch' (λ takes two values, one of "
+     "them 0: CRPO's {0, 1}, P3O's {0, 20}) is an on/off rule, not a price, and gets no stability score ('—'); "
+     "'held while slack': λ kept up while its constraint is slack, not settled"),
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
     ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),
     ("mean task rank", "mean over tasks of the fractional rank of the per-task mean score"),
-    ("not separated from", "algorithms whose mean score the permutation test (Holm-corrected) does not separate from this one"),
+    ("not separated from", "algorithms the permutation test of Welch's t (Holm-corrected) does not separate from this one"),
 )
 
 
-def _glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
+def glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
     """The glossary entries of the columns that appear in ``headers``, in glossary order."""
     present = []
     for key, text in _GLOSSARY:
@@ -819,11 +914,11 @@ def _glossary(headers: Sequence[str]) -> list[tuple[str, str]]:
     return present
 
 
-def _unbroken_groups(cell: str) -> str:
+def unbroken_groups(cell: str) -> str:
     """Spaces inside (...) and [...] made non-breaking: a value and its interval wrap onto two
     lines at most, never inside the interval.
 
-    >>> _unbroken_groups("0.5 [0.1, 0.9]")
+    >>> unbroken_groups("0.5 [0.1, 0.9]")
     '0.5 [0.1,\xa00.9]'
     """
     return re.sub(r"[\[(][^\])]*[\])]", lambda m: m.group(0).replace(" ", "\u00a0"), cell)

@@ -441,6 +441,7 @@ def run_metrics(
         row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return)  # type: ignore[arg-type]
         tail_viol = []
         stabilities: list[tuple[float, str]] = []
+        unscored: list[tuple[float, str]] = []
         lam_final = []
         for c in meta.constraints:
             k = c.name
@@ -465,12 +466,15 @@ def run_metrics(
                 row[f"drift_{k}"] = res.drift
                 row[f"osc_{k}"] = res.oscillations
                 row[f"settling_{k}"] = res.settling
-                stabilities.append((res.score, res.verdict))
+                # A switch (CRPO's {0, 1}, P3O's {0, 20}) has no score: named, not ranked among multipliers.
+                (stabilities if math.isfinite(res.score) else unscored).append((res.score, res.verdict))
                 lam_final.append(float(lam[-1]))
         row["tail_violation"] = max(tail_viol) if tail_viol else 0.0
         row["tail_feasible"] = bool(row["tail_violation"] <= tol)  # type: ignore[operator]
         row["tail_score"] = constrained_score(row["final_return"], meta.optimum_return, row["tail_violation"], tol)  # type: ignore[arg-type]
-        if stabilities:
+        if unscored:  # a switch on any constraint: the algorithm's rule is a switch, not a price
+            row["stability"], row["stability_class"] = math.nan, unscored[0][1]
+        elif stabilities:
             worst = min(stabilities, key=lambda sv: sv[0])
             row["stability"], row["stability_class"] = worst
         else:

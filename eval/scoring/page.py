@@ -4,8 +4,9 @@ what" on its first screen.
 Layout: a line per task with its verdict (:func:`task_verdict`), then per task the verdict,
 a small figure (:func:`task_figure`: normalised return against worst violation, each
 algorithm's mean over seeds with its 95% bootstrap interval on both axes, the tolerance and
-R* drawn, references marked) beside a compact table (rank label, algorithm, the per-seed
-verdict counts, score, normalised return and worst violation with intervals), then, one
+R* drawn, references marked) beside a compact table (rank with its interval, group letters,
+algorithm, the per-seed verdict counts, score, normalised return and worst violation with
+intervals), then, one
 click away in ``<details>``, the task's notes and full table; the formulas and the glossary
 close the page. One notion of feasibility in the main view: the per-seed verdict of
 ``constrained_grpo.eval.scoring.verdict`` (within / undecided / breaks); the others are in
@@ -14,7 +15,10 @@ glossary entry); a click on a header sorts the table (the page's one script; wit
 page reads the same). The figure is inline SVG, so the page needs no other file.
 
 Numbers on the page are the leaderboard's own, formatted at fixed decimals: the page is a
-pure function of the :class:`~constrained_grpo.eval.scoring.leaderboard.Leaderboard`.
+pure function of the :class:`~constrained_grpo.eval.scoring.leaderboard.Leaderboard`, rendered
+from the Jinja2 template of :mod:`~constrained_grpo.eval.scoring.page_template` with
+autoescaping (this module prepares the data; only the inline SVG is built here, from numbers
+and escaped names).
 """
 
 from __future__ import annotations
@@ -26,10 +30,10 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 
 from constrained_grpo.eval.scoring.colors import algo_colors, highlighted_colors
-from constrained_grpo.eval.scoring.leaderboard import Leaderboard, _glossary, _unbroken_groups
+from constrained_grpo.eval.scoring.leaderboard import Leaderboard, glossary, unbroken_groups as _unbroken_groups
 from constrained_grpo.schema import TaskMeta
 
-__all__ = ["ordinal", "rank_label", "render_page", "task_figure", "task_verdict"]
+__all__ = ["ordinal", "rank_label", "rank_text", "render_page", "task_figure", "task_verdict"]
 
 
 def ordinal(n: int) -> str:
@@ -88,35 +92,44 @@ def _rows(df: pd.DataFrame | None) -> list[dict]:
     return [] if df is None else df.to_dict("records")
 
 
-def _shared_with(rows: Sequence[Mapping], r: Mapping) -> list[str]:
-    return [str(o["algo"]) for o in rows if o["algo"] != r["algo"] and o["rank"] == r["rank"]]
-
-
 def _names(names: Sequence[str], listed: int = 3) -> str:
     """``a, b, c`` or ``a, b, c and 4 more``."""
     head = ", ".join(names[:listed])
     return head if len(names) <= listed else f"{head} and {len(names) - listed} more"
 
 
-def task_verdict(ranked: pd.DataFrame | None, meta: TaskMeta, not_ranked: Sequence[str] = ()) -> str:
-    """The task's answer in one line: the best-ranked algorithms whose every seed keeps the
-    limits by the verdict, then who ranks first (shared or not, by the pair test)."""
+def rank_text(r: Mapping) -> str:
+    """``rank 2 [1, 5]``: the position by mean score ('=' an exact tie) and its simultaneous
+    95% interval (what ranks the data allow)."""
+    pos, lo, hi = float(r["rank"]), float(r.get("rank_lo", math.nan)), float(r.get("rank_hi", math.nan))
+    if not math.isfinite(pos):
+        return "unranked"
+    text = f"rank {pos:g}" + ("=" if r.get("shared") else "")
+    return text + (f" [{lo:g}, {hi:g}]" if math.isfinite(lo) and math.isfinite(hi) else "")
+
+
+def task_verdict(ranked: pd.DataFrame | None, meta: TaskMeta, not_ranked: Sequence[str] = (),
+                 tol: float | None = None) -> str:
+    """The task's answer in one line, read from the order of the mean score: the highest-placed
+    algorithm(s) whose every seed keeps the limits (up to the tolerance ``tol``) by the verdict,
+    with rank and interval and who the test does not separate from it; then, if another leads,
+    the leader."""
     if not_ranked:
         return "Not ranked: " + "; ".join(not_ranked) + "."
     rows = _rows(ranked)
     if not rows:
         return "No ranked runs."
-    limits = _limits_word(len(meta.constraints))
-    top = [str(r["algo"]) for r in rows if r["rank"] == rows[0]["rank"]]
-    first = f"1st: {top[0]}" if len(top) == 1 else f"{len(top)} share 1st (not separated by the test): {_names(top)}"
+    limits = _limits_word(len(meta.constraints)) + (f" (J ≤ d(1 + {tol:g}))" if tol is not None else "")
+    top = [r for r in rows if r["rank"] == rows[0]["rank"]]
+    first = "highest mean score: " + ", ".join(f"{r['algo']}, {rank_text(r)}" for r in top)
     safe = [r for r in rows if int(r["feasible_seeds"]) == int(r["seeds"])]
     if safe:
         best = [r for r in safe if r["rank"] == safe[0]["rank"]]
         names = {str(r["algo"]) for r in best}
-        others = [a for a in _shared_with(rows, best[0]) if a not in names]
-        place = rank_label(float(best[0]["rank"]), others)
-        place = place if others or len(best) == 1 else f"shared {place}"
-        head = f"Best within {limits} on every seed: {_names([str(r['algo']) for r in best])} ({place})"
+        head = f"Best within {limits} on every seed: " + ", ".join(f"{r['algo']}, {rank_text(r)}" for r in best)
+        if "not_separated" in best[0]:
+            others = [a for a in str(best[0]["not_separated"] or "").split(", ") if a and a not in names]
+            head += f"; not separated from {_names(others)}" if others else "; separated from every other algorithm"
         return head + ("." if best[0]["rank"] == rows[0]["rank"] else f"; {first}.")
     most = max(int(r["feasible_seeds"]) for r in rows)
     lead = [str(r["algo"]) for r in rows if int(r["feasible_seeds"]) == most]
@@ -227,11 +240,11 @@ def task_figure(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: Ta
 
 #: The compact table's columns and their tooltips.
 COMPACT: tuple[tuple[str, str], ...] = (
-    ("rank", "1 + the number of algorithms with a higher mean score that the exact two-sample permutation test "
-     "separates from this one (Holm-corrected over the task's pairs at 5%); 'shared' when others have the same rank"),
+    ("rank [L, U]", "place by mean score; [L, U]: the places the data allow, for all rows at once with 95% confidence"),
+    ("group", "two rows share a letter exactly when the test cannot tell their mean scores apart"),
     ("algorithm", "the algorithm (cgrpo algos lists them); its colour is its dot in the figure"),
-    ("seeds within", "seeds whose final policy keeps every limit by the verdict: each cost's one-sided 95% upper "
-     "bound over the evaluation episodes within d(1 + tol)"),
+    ("seeds within", "seeds whose final policy keeps every limit up to the tolerance: each cost's 95% upper bound "
+     "at most d(1 + tol); [exact 95% interval for the share of seeds]"),
     ("undecided", "seeds whose evaluation episodes cannot tell: some cost's 95% bounds straddle d(1 + tol)"),
     ("breaks", "seeds that break a limit: some cost's lower bound (at 5%/K) is above d(1 + tol)"),
     ("score [95% CI]", "what ranks are made of: max(normalised return, 0) within the tolerance, else minus the worst "
@@ -244,52 +257,51 @@ COMPACT: tuple[tuple[str, str], ...] = (
 
 
 def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta,
-             colors: Mapping[str, str]) -> str:
+             colors: Mapping[str, str]) -> tuple[list[tuple[str, str]], list[dict]]:
+    """The compact table as data for the template: its (header, tooltip) pairs and, per row,
+    its class and cells (text, sort value ``v`` or None, colour swatch or None)."""
     norm = meta.optimum_return not in (None, 0)
     head = [(h, t) for h, t in COMPACT]
     if not norm:
-        head[6] = ("return [95% CI]", "evaluated return, IQM over seeds [95% bootstrap interval]")
+        head[7] = ("return [95% CI]", "evaluated return, IQM over seeds [95% bootstrap interval]")
     rows = _rows(ranked)
-    out = ['<table class="compact sortable"><thead><tr>'
-           + "".join(f'<th title="{html.escape(t, quote=True)}">{html.escape(h)}</th>' for h, t in head)
-           + "</tr></thead><tbody>"]
+    out = []
     for i, r in enumerate(rows + _rows(refs)):
         ref = i >= len(rows)
         n, f, u = int(r["seeds"]), int(r["feasible_seeds"]), int(r["undetermined_seeds"])
         ys = (r["return"], r["return_lo"], r["return_hi"])
         y = tuple(_normalised(meta, v) for v in ys) if norm else ys
         if ref:
-            rank, key, dot = "reference", 1e9 + i, '<span class="sw ref"></span>'
+            rank, key, swatch, group = "reference", 1e9 + i, "ref", "—"
         else:
-            others = _shared_with(rows, r)
-            label = rank_label(float(r["rank"]), others, listed=0).split(" with ")[0]
-            rank = (f'<span title="{html.escape("shared with " + ", ".join(others), quote=True)}">{label}</span>'
-                    if others else label)
+            rank = rank_text(r).removeprefix("rank ").replace(" ", "\u00a0")
             key = float(r["rank"]) + i * 1e-6
-            dot = f'<span class="sw" style="background:{colors[str(r["algo"])]}"></span>'
-        cells = [(rank, key), (f"{dot}{html.escape(str(r['algo']))}", None), (f"{f}/{n}", f), (f"{u}/{n}", u),
-                 (f"{n - f - u}/{n}", n - f - u), (html.escape(_ci(r["score"], r["score_lo"], r["score_hi"], n)), r["score"]),
-                 (html.escape(_ci(*y, n)), y[0]), (html.escape(_ci(r["worst"], r["worst_lo"], r["worst_hi"], n)), r["worst"])]
-        tds = "".join(f'<td data-v="{v:.10g}">{c}</td>' if isinstance(v, (int, float)) and math.isfinite(v) else f"<td>{c}</td>"
-                      for c, v in cells)
-        cls = ' class="ref"' if ref else (' class="infeasible"' if f == 0 and u == 0 else "")
-        out.append(f"<tr{cls}>{tds}</tr>")
-    out.append("</tbody></table>")
-    return "".join(out)
+            swatch, group = colors[str(r["algo"])], str(r.get("letters") or "—")
+        within = f"{f}/{n}"
+        if math.isfinite(float(r.get("feasible_lo", math.nan))):
+            within += f" [{_f(r['feasible_lo'], 2)},\u00a0{_f(r['feasible_hi'], 2)}]"
+        cells = [(rank, key, None), (group, None, None), (str(r["algo"]), None, swatch), (within, f, None),
+                 (f"{u}/{n}", u, None), (f"{n - f - u}/{n}", n - f - u, None),
+                 (_ci(r["score"], r["score_lo"], r["score_hi"], n), r["score"], None), (_ci(*y, n), y[0], None),
+                 (_ci(r["worst"], r["worst_lo"], r["worst_hi"], n), r["worst"], None)]
+        out.append({"cls": "ref" if ref else ("infeasible" if f == 0 and u == 0 else ""),
+                    "cells": [{"text": text, "swatch": sw,
+                               "v": f"{v:.10g}" if isinstance(v, (int, float)) and math.isfinite(v) else None}
+                              for text, v, sw in cells]})
+    return head, out
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], tips: Mapping[str, str]) -> str:
-    out = ['<div class="wrap"><table class="full sortable"><thead><tr>'
-           + "".join(f'<th title="{html.escape(tips.get(h, ""), quote=True)}">{html.escape(h)}</th>' for h in header)
-           + "</tr></thead><tbody>"]
-    cols = [list(header).index(h) for h in ("feasible seeds", "undetermined seeds") if h in header]
+def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], tips: Mapping[str, str],
+           notes: Sequence[str] = ()) -> dict:
+    """A full table as data for the template: header, tooltips, rows (class and cells)."""
+    cols = [i for i, h in enumerate(header) if h.startswith("seeds within d(") or h == "undetermined seeds"]
+    out = []
     for row in rows:
         # Grey only where every seed breaks a limit: none feasible and none undetermined.
-        cls = ' class="infeasible"' if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
-        cls = ' class="ref"' if row and row[0] == "ref" else cls
-        out.append(f"<tr{cls}>" + "".join(f"<td>{html.escape(_unbroken_groups(c))}</td>" for c in row) + "</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
+        cls = "infeasible" if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
+        cls = "ref" if row and row[0] == "ref" else cls
+        out.append({"cls": cls, "cells": [_unbroken_groups(c) for c in row]})
+    return {"title": title, "header": list(header), "tips": dict(tips), "rows": out, "notes": list(notes)}
 
 
 #: One sentence per notion of feasibility besides the verdict, shown with the full table.
@@ -328,13 +340,13 @@ _CSS = (
     "th{background:#f3f3f3;white-space:normal;vertical-align:bottom;font-weight:600;cursor:pointer;"
     "overflow-wrap:normal;hyphens:none}"
     "th[data-dir=asc]::after{content:' ▲'}th[data-dir=desc]::after{content:' ▼'}"
-    "td:nth-child(2){text-align:left;white-space:nowrap}"
+    "td:nth-child(2),td:nth-child(3){text-align:left;white-space:nowrap}"
     "table.compact td:first-child{text-align:left;white-space:nowrap}"
     "table.full th{min-width:3.5em;max-width:8.5em}table.full td{min-width:3em}table.full td:last-child{min-width:9em}"
-    "table.full th:nth-child(1),table.full td:nth-child(1){position:sticky;left:0;z-index:1;min-width:2.6em;max-width:2.6em}"
-    "table.full th:nth-child(2),table.full td:nth-child(2){position:sticky;left:3.4em;z-index:1;box-shadow:2px 0 2px -1px #bbb}"
-    "table.full td:nth-child(1),table.full td:nth-child(2){background:#fff}"
-    "table.full thead th:nth-child(-n+2){background:#f3f3f3;z-index:2}"
+    "table.full th:nth-child(1),table.full td:nth-child(1){position:sticky;left:0;z-index:1;min-width:5.6em;max-width:5.6em}"
+    "table.full th:nth-child(3),table.full td:nth-child(3){position:sticky;left:6.4em;z-index:1;box-shadow:2px 0 2px -1px #bbb}"
+    "table.full td:nth-child(1),table.full td:nth-child(3){background:#fff}"
+    "table.full thead th:nth-child(1),table.full thead th:nth-child(3){background:#f3f3f3;z-index:2}"
     "tr.infeasible td{color:#777}tr.ref td{color:#555;font-style:italic;background:#fafafa}"
     ".sw{display:inline-block;width:0.7em;height:0.7em;border-radius:50%;margin-right:0.35em;vertical-align:baseline}"
     ".sw.ref{border-radius:0;border:1.5px solid #444;background:#fff;width:0.55em;height:0.55em}"
@@ -360,79 +372,53 @@ _SCRIPT = (
 
 
 def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
-    """The page (see the module docstring); ``figures``: image paths relative to the page,
-    linked at its end."""
+    """The page (see the module docstring), rendered from the Jinja2 template of
+    :mod:`~constrained_grpo.eval.scoring.page_template` with autoescaping; ``figures``: image
+    paths relative to the page, linked at its end."""
+    from markupsafe import Markup
+
+    from constrained_grpo.eval.scoring.page_template import environment
 
     def tip(h: str) -> str:
-        found = _glossary([h])
+        found = glossary([h])
         return found[0][1] if found else ""
 
     tasks: Mapping[str, TaskMeta] = lb.tasks
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           "<title>constrained-grpo leaderboard</title>", f"<style>{_CSS}</style></head><body>",
-           "<h1>constrained-grpo leaderboard</h1>",
-           f'<p class="lead">{html.escape(lb.preamble[0]) if lb.preamble else ""} Per task, the best-ranked '
-           "algorithm whose every seed keeps the limits; ranks come from an exact test over seeds. Hover a column "
-           "for its meaning, click it to sort.</p>"]
     task_sections = [s for s in lb.sections if s.title.startswith("Task ")]
     other = [s for s in lb.sections if not s.title.startswith("Task ")]
-    verdicts = {}
-    for s in task_sections:
-        task = s.title.removeprefix("Task ")
-        if task in tasks:
-            verdicts[task] = task_verdict(lb.per_task.get(task), tasks[task], lb.not_ranked.get(task, ()))
-    out.append('<ul class="glance">' + "".join(
-        f'<li><a href="#{_slug(t)}">{html.escape(t)}</a>: {html.escape(v)}</li>' for t, v in verdicts.items()) + "</ul>")
     # One colour per algorithm on the whole page, as in `cgrpo plot`'s figures.
     colors = algo_colors([str(a) for df in lb.per_task.values() if df is not None for a in df["algo"]])
     if lb.highlight is not None:  # --highlight: its reserved colour, the others muted
         colors = highlighted_colors(colors, lb.highlight)
     headers: list[str] = []
+    task_views = []
     for s in task_sections:
         task = s.title.removeprefix("Task ")
         meta = tasks.get(task)
-        out.append(f'<h2 id="{_slug(task)}">{html.escape(s.title)}</h2>')
+        view = _table(s.title, s.header, s.rows, {h: tip(h) for h in s.header}, s.notes)
+        view.update(task=task, slug=_slug(task), meta=meta is not None, verdict="")
         if meta is not None:
-            limits = ", ".join(f"{c.name} ≤ {c.limit:g}" for c in meta.constraints)
-            opt = f"; exact optimum R* = {meta.optimum_return:.4f}" if meta.optimum_return is not None else ""
-            out.append(f'<p class="verdict">{html.escape(verdicts[task])}</p>')
-            out.append(f'<p class="limits">Limits {html.escape(limits)} (within when J ≤ d(1 + {lb.tol:g})){html.escape(opt)}. '
-                       "The rank counts the algorithms separated above by the test; hover a shared rank for who shares it.</p>")
+            view["verdict"] = task_verdict(lb.per_task.get(task), meta, lb.not_ranked.get(task, ()), lb.tol)
+            view["limits"] = ", ".join(f"{c.name} ≤ {c.limit:g}" for c in meta.constraints)
+            view["optimum"] = f"; exact optimum R* = {meta.optimum_return:.4f}" if meta.optimum_return is not None else ""
             ranked, refs = lb.per_task.get(task), lb.references.get(task)
-            out.append('<div class="task"><div class="wrap">' + _compact(ranked, refs, meta, colors) + "</div>"
-                       + task_figure(ranked, refs, meta, lb.tol, colors) + "</div>")
+            view["compact_head"], view["compact_rows"] = _compact(ranked, refs, meta, colors)
+            # The one fragment built outside the template: inline SVG from numbers and escaped names.
+            view["figure"] = Markup(task_figure(ranked, refs, meta, lb.tol, colors))
         headers += [h for h in s.header if h not in headers]
-        out.append(f"<details><summary>Notes and all {len(s.header)} columns</summary>")
-        out += [f"<p>{html.escape(n)}</p>" for n in s.notes]
-        if s.header:
-            out.append("<p>" + " ".join(html.escape(v) for v in FEASIBILITY_VIEWS) + "</p>")
-            out.append(_table(s.header, s.rows, {h: tip(h) for h in s.header}))
-        out.append("</details>")
+        task_views.append(view)
+    others = []
     for s in other:
-        out.append(f'<details><summary>{html.escape(s.title)}</summary>')
-        out += [f"<p>{html.escape(n)}</p>" for n in s.notes]
-        if s.header:
-            if s.title.endswith("probability of improvement"):  # its columns are algorithms
-                tips = {h: f"P(row > {h}): the chance that a run of the row's algorithm scores above a run of {h}, "
-                        "averaged over tasks" for h in s.header[1:]} | {s.header[0]: tip(s.header[0])}
-            else:
-                headers += [h for h in s.header if h not in headers]
-                tips = {h: tip(h) for h in s.header}
-            out.append(_table(s.header, s.rows, tips))
-        out.append("</details>")
-    out.append("<details><summary>How runs are scored, ranked and judged within the limits</summary>")
-    out += [f"<p>{html.escape(p)}</p>" for p in lb.preamble[1:]]
-    out.append("</details>")
-    entries = list(COMPACT) + _glossary(headers)
-    out.append('<details><summary>Columns</summary><dl class="glossary">')
-    out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in entries]
-    out.append("</dl></details>")
-    if figures:
-        out.append("<h2>Figures</h2>")
-        for f in figures:
-            src = html.escape(str(f), quote=True)
-            out.append(f'<figure><a href="{src}"><img src="{src}" alt="{src}" loading="lazy"></a>'
-                       f"<figcaption>{html.escape(str(f))}</figcaption></figure>")
-    out.append(f"<script>{_SCRIPT}</script></body></html>")
-    return "\n".join(out) + "\n"
+        if s.title.endswith("probability of improvement"):  # its columns are algorithms
+            tips = {h: f"P(row > {h}): the chance that a run of the row's algorithm scores above a run of {h}, "
+                    "averaged over tasks" for h in s.header[1:]} | ({s.header[0]: tip(s.header[0])} if s.header else {})
+        else:
+            headers += [h for h in s.header if h not in headers]
+            tips = {h: tip(h) for h in s.header}
+        others.append(_table(s.title, s.header, s.rows, tips, s.notes))
+    return environment().get_template("page.html").render(
+        css=Markup(_CSS), script=Markup(_SCRIPT), lead=lb.preamble[0] if lb.preamble else "",
+        tasks=[v for v in task_views if v["meta"] or True], tol=f"{lb.tol:g}",
+        feasibility_views=FEASIBILITY_VIEWS, others=others, rules=list(lb.preamble[1:]),
+        glossary=list(COMPACT) + glossary(headers), figures=[str(f) for f in figures],
+    )

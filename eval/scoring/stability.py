@@ -51,6 +51,13 @@ end window divided by 2 sigma, the verdict is the first that applies:
    a price that climbs on a slack constraint costs return for nothing.
 6. "bounded oscillation": A > tol with reversals (B > tol).
 
+Two more, checked first and last: "switch", a multiplier that takes exactly two values over
+training, 0 and c >= tol lambda_ref (CRPO's {0, 1}, P3O's {0, 20}: an on/off rule, not a price
+that adapts; blips of 0.01 off 0 are a settled multiplier), has no stability score (NaN); and a "settled" multiplier that ends at or above
+tol lambda_ref, not below (1 - tol) times its value at the start of the second half, while its
+constraint is slack there (v_H < -tol) is "held while slack" (a decay towards 0 is settled): the fixed point of a slack constraint is lambda = 0, and a price held on
+it costs return for nothing. It scores in the lower half, 1 / (2 (1 + A + |v_H| / tol)).
+
 Only rises count in A: lambda >= 0, so a non-increasing lambda converges (a bounded
 monotone sequence); a decay to 0 while the constraint holds is convergence to the fixed
 point lambda = 0 of a slack constraint. A rise is bounded only by lambda_max and, within
@@ -133,7 +140,8 @@ BOUND_SHARE = 0.5
 #: lambda_t counts as at the bound when lambda_t >= (1 - BOUND_RTOL) lambda_max.
 BOUND_RTOL = 1e-6
 #: The verdicts, best first (the last four share the lower half of the score).
-VERDICTS = ("settled", "bounded oscillation", "drifting", "diverging", "stuck", "at bound")
+VERDICTS = ("settled", "bounded oscillation", "drifting", "held while slack", "diverging", "stuck", "at bound",
+            "switch")
 #: "settled" for a monotone rise whose largest rise over the second quarter of H is at most
 #: this share of that over the first: a decelerating approach to a constant.
 CONVERGING_RATIO = 0.75
@@ -145,7 +153,7 @@ Series = Sequence[float] | np.ndarray
 class StabilityResult:
     """Stability of one multiplier trajectory (module docstring for each formula).
 
-    score in [0, 1], 1 best; verdict one of :data:`VERDICTS`; amplitude A over the second
+    score in [0, 1], 1 best (NaN for a switch); verdict one of :data:`VERDICTS`; amplitude A over the second
     half; tv, oscillations and drift over the second half; settling and overshoot (of
     lambda) over the whole run.
     """
@@ -323,7 +331,10 @@ def multiplier_stability(
     violated = v_half > tol and v_end > tol
     at_bound = lambda_max is not None and int(np.sum(xh >= lambda_max * (1 - BOUND_RTOL))) >= BOUND_SHARE * len(xh)
     effective = amplitude
-    if at_bound:
+    values = np.unique(x)
+    if values.size == 2 and values[0] == 0.0 and values[1] >= tol * lambda_ref:
+        verdict = "switch"
+    elif at_bound:
         verdict = "at bound"
     elif violated and max(rise, fall) <= OSC_REL_TOL * sigma:
         verdict = "stuck"
@@ -337,7 +348,14 @@ def multiplier_stability(
         verdict = "drifting"
     else:
         verdict = "bounded oscillation"
-    if verdict in ("settled", "bounded oscillation"):
+    final_h = _mean(x[T - max(1, math.ceil(FINAL_FRAC * T)):])
+    if verdict == "settled" and v_half < -tol and final_h >= tol * lambda_ref and final_h >= (1 - tol) * float(xh[0]):
+        verdict = "held while slack"
+    if verdict == "switch":
+        score = math.nan
+    elif verdict == "held while slack":
+        score = 0.5 / (1.0 + amplitude + abs(v_half) / tol)
+    elif verdict in ("settled", "bounded oscillation"):
         score = 0.5 + 0.5 / (1.0 + effective)
     else:
         score = 0.5 / (1.0 + amplitude + max(0.0, v_half) / tol)

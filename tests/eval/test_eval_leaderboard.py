@@ -56,9 +56,14 @@ def test_ranking_is_return_subject_to_satisfaction():
     assert list(ranked["algo"]) == ["safer", "safe", "almost", "greedy"]
     # Eight seeds each, every seed of one algorithm above every seed of the other: of the
     # C(16, 8) = 12,870 splits only the observed one and its mirror are as extreme, p =
-    # 2/12,870 for each of the 6 pairs, times Holm's 6 at most: every pair is separated.
+    # 2/12,870 for each of the 6 pairs, times Holm's 6 at most. Every pair is separated but
+    # those with "safe", whose 10 episodes (J = 0.1, se 0.1 against d = 0.1) resolve its score
+    # only to about 1: safer (0.60 above it) and almost (0.96 below) are not called different.
     assert list(ranked["rank"]) == [1, 2, 3, 4]
-    assert set(lb.pairs.loc[lb.pairs["scope"] == META.task, "p"]) == {2 / 12_870}
+    pairs = lb.pairs[lb.pairs["scope"] == META.task]
+    assert set(pairs["p"]) == {2 / 12_870}
+    assert sorted(pairs.loc[~pairs["separated"], "b"]) == ["safe", "safer"]
+    assert list(ranked["rank_lo"]) == [1, 1, 2, 4] and list(ranked["rank_hi"]) == [2, 3, 3, 4]
     # The pair records ride in the table's attrs: a derived frame shares them, and the table pickles.
     assert ranked[["algo"]].attrs["pair_tests"] is ranked.attrs["pair_tests"]
     again = pickle.loads(pickle.dumps(ranked))
@@ -73,18 +78,23 @@ def test_ranking_is_return_subject_to_satisfaction():
     overall = lb.overall["toy"]
     assert list(overall["algo"]) == ["safer", "safe", "almost", "greedy"]
     md = render_markdown(lb)
-    assert "| 1 | safer | 8 | 8/8 | 0/8 | 1.00 |" in md and "probability of improvement" in md
+    # Position, interval, group; seeds within d(1 + tol) with the exact interval 8/8: [0.025^(1/8), 1].
+    assert "| 1 [1, 2] | a | safer | 8 | 8/8 [0.63, 1.00] | 8/8 | 0/8 | 1.00 | yes |" in md
+    assert "probability of improvement" in md
+    assert list(ranked["letters"]) == ["a", "ab", "b", "c"]
     assert "<td>safer</td>" in render_html(lb)
     # With 5 seeds each the smallest p is 2/C(10, 5) = 2/252, times Holm's 6 = 0.048: still
     # every pair of these four is separated ...
     five_lb = build_leaderboard(table[table["seed"] < 5], {META.task: META}, reps=200)
     assert list(five_lb.per_task[META.task]["rank"]) == [1, 2, 3, 4]
-    # ... but not among five algorithms: 10 pairs need 2/C(2n, n) <= 0.005, n >= 6. Every
-    # algorithm shares rank 1, and the page says so.
+    # ... but not among five algorithms: 10 pairs need 2/C(2n, n) <= 0.005, n >= 6. Rows keep
+    # the order of the mean, every interval is [1, 5], one letter, and the page says so.
     five = table_of({"greedy": (1.9, 0.5, None), "safe": (1.5, 0.1, None), "safer": (1.2, 0.0, None),
                      "almost": (1.8, 0.2, None), "other": (1.0, 0.0, None)}, seeds=5)
     five_lb = build_leaderboard(five, {META.task: META}, reps=200)
-    assert set(five_lb.per_task[META.task]["rank"]) == {1}
+    five_ranked = five_lb.per_task[META.task]
+    assert list(five_ranked["rank"]) == [1, 2, 3, 4, 5] and set(five_ranked["letters"]) == {"a"}
+    assert set(five_ranked["rank_lo"]) == {1} and set(five_ranked["rank_hi"]) == {5}
     assert "With 5 seeds no pair of the 10 can be separated" in render_markdown(five_lb)
     assert "needs at least 6 seeds per algorithm" in render_markdown(five_lb)
     assert "can be separated" not in md  # eight seeds separate every pair

@@ -61,10 +61,13 @@ RUNS = pd.DataFrame([
 
 
 def _lb(order: list[str]) -> SimpleNamespace:
-    """The leaderboard's parts that the sentences read: ranks as the test would give them
-    (the first two shared, the third separated below both), seeds within, scores."""
-    ranked = pd.DataFrame({"algo": order, "rank": [1, 1, 3][:len(order)], "seeds": 2,
-                           "feasible_seeds": [2, 1, 0][:len(order)], "score": [0.99, 0.5, -0.4][:len(order)]})
+    """The leaderboard's parts that the sentences read: rows by mean score, the first two not
+    separated (intervals [1, 2], one letter), the third separated below both, seeds within."""
+    k = len(order)
+    ranked = pd.DataFrame({"algo": order, "rank": [1, 2, 3][:k], "rank_lo": [1, 1, 3][:k], "rank_hi": [2, 2, 3][:k],
+                           "shared": False, "letters": ["a", "a", "b"][:k],
+                           "not_separated": [order[1] if k > 1 else "", order[0], ""][:k], "seeds": 2,
+                           "feasible_seeds": [2, 1, 0][:k], "score": [0.99, 0.5, -0.4][:k]})
     ranked.attrs.update(pairs=3, pairs_separated=2)
     return SimpleNamespace(runs=RUNS, per_task={META.task: ranked}, not_ranked={})
 
@@ -161,9 +164,10 @@ def test_explain_heading_and_task_without_optimum() -> None:
     text = explain(_lb(["cgrpo", "grpo-screw", "ppo"]), {META.task: META})
     assert text.splitlines()[:3] == [
         "Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):",
-        "  Best within both limits on every seed: cgrpo (shared 1st with grpo-screw).",
-        "  Ranks (each counts the algorithms the test separates above; 2 of 3 pairs separated, p-values in pairs.csv): "
-        "shared 1st: cgrpo, grpo-screw (score 0.5 to 0.99); 3rd: ppo (score -0.4).",
+        "  Best within both limits on every seed: cgrpo, rank 1 [1, 2]; not separated from grpo-screw.",
+        "  By mean score, each with [L, U], the ranks the data allow at 95% for all at once, and its group (a shared "
+        "letter: not told apart; 2 of 3 pairs separated, p-values in pairs.csv): cgrpo 1 [1, 2] (a, score 0.99); "
+        "grpo-screw 2 [1, 2] (a, score 0.5); ppo 3 [3, 3] (b, score -0.4).",
     ]
     assert len(text.splitlines()) == 7
     plain = TaskMeta("T", "x", (Constraint("cost", 25.0, ""),))
@@ -177,9 +181,11 @@ def test_cli_explain_flag(toy_results: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     words = out.split("In words:\n", 1)[1].splitlines()
     assert words[0].startswith("Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):")
-    # The task's verdict and ranks, then one sentence per algorithm (2 seeds: everyone shares 1st).
+    # The task's verdict and ranks, then one sentence per algorithm (2 seeds: nothing separated,
+    # every interval [1, 2], one letter; the two equal means share position 1).
     assert words[1].startswith("  ") and ("within" in words[1] or "Best" in words[1]), words
-    assert words[2].startswith("  Ranks (") and "shared 1st: " in words[2], words
+    assert words[1].endswith("rank 1= [1, 2]."), words
+    assert words[2].startswith("  By mean score, each with [L, U]") and words[2].count("1= [1, 2] (a, ") == 2, words
     algos = sorted(line.split(":")[1].strip() for line in words[3:])
     assert len(words) == 5 and all(line.startswith("  cgrpo_toy_agent:") for line in words[3:]), words
     assert len(set(algos)) == 2

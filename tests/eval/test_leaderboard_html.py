@@ -70,18 +70,28 @@ def wide_page() -> str:
 def test_rank_labels_and_verdict_lines() -> None:
     assert rank_label(1, []) == "1st" and rank_label(3, ["a", "b"]) == "shared 3rd with a, b"
     ranked = pd.DataFrame([
-        {"algo": "a", "rank": 1, "seeds": 10, "feasible_seeds": 7},
-        {"algo": "b", "rank": 1, "seeds": 10, "feasible_seeds": 10},
-        {"algo": "c", "rank": 3, "seeds": 10, "feasible_seeds": 10},
+        {"algo": "a", "rank": 1, "rank_lo": 1, "rank_hi": 2, "shared": False, "seeds": 10, "feasible_seeds": 7,
+         "not_separated": "b"},
+        {"algo": "b", "rank": 2, "rank_lo": 1, "rank_hi": 3, "shared": False, "seeds": 10, "feasible_seeds": 10,
+         "not_separated": "a, c"},
+        {"algo": "c", "rank": 3, "rank_lo": 2, "rank_hi": 3, "shared": False, "seeds": 10, "feasible_seeds": 10,
+         "not_separated": "b"},
     ])
-    # The best-ranked algorithm whose every seed is within, and who shares its rank.
-    assert task_verdict(ranked, META) == "Best within both limits on every seed: b (shared 1st with a)."
-    ranked["feasible_seeds"] = [7, 9, 10]
-    assert task_verdict(ranked, META) == ("Best within both limits on every seed: c (3rd); "
-                                          "2 share 1st (not separated by the test): a, b.")
+    # The highest-placed algorithm whose every seed is within (the tolerance named), its rank
+    # and interval, who the test does not separate from it, and the leader by mean.
+    assert task_verdict(ranked, META, tol=0.1) == (
+        "Best within both limits (J ≤ d(1 + 0.1)) on every seed: b, rank 2 [1, 3]; not separated from a, c; "
+        "highest mean score: a, rank 1 [1, 2].")
+    ranked["feasible_seeds"] = [10, 9, 10]
+    ranked["not_separated"] = ["", "c", "b"]
+    assert task_verdict(ranked, META) == ("Best within both limits on every seed: a, rank 1 [1, 2]; "
+                                          "separated from every other algorithm.")
     ranked["feasible_seeds"] = [7, 9, 0]
     assert task_verdict(ranked, META) == ("No algorithm is within both limits on every seed (the most seeds within: "
-                                          "b (9/10)); 2 share 1st (not separated by the test): a, b.")
+                                          "b (9/10)); highest mean score: a, rank 1 [1, 2].")
+    # Exact ties share a position, and the sentence names each.
+    ranked["rank"], ranked["shared"] = [1, 1, 3], [True, True, False]
+    assert task_verdict(ranked, META).endswith("highest mean score: a, rank 1= [1, 2], b, rank 1= [1, 3].")
 
 
 @pytest.mark.slow
@@ -89,7 +99,7 @@ def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: s
     page = wide_page
     glance = page.index('<ul class="glance">')
     assert glance < page.index('<table class="compact') < page.index("<details>")
-    assert "Toy/Wide-v0</a>: Best within both limits on every seed:" in page
+    assert "Toy/Wide-v0</a>: Best within both limits (J ≤ d(1 + 0.1)) on every seed:" in page
     # One notion of feasibility in the main view: seeds within / undecided / breaks, no P(feasible).
     compact = page[page.index('<table class="compact'):page.index("</table>")]
     assert "P(feasible)" not in compact and ">seeds within<" in compact and ">breaks<" in compact
@@ -102,8 +112,8 @@ def test_page_leads_with_verdicts_then_compact_tables_with_tooltips(wide_page: s
     # The figure is inline: limits, R* and every algorithm drawn, no other file needed.
     svg = page[page.index("<svg"):page.index("</svg>")]
     assert svg.count("<circle") == len(ALGOS) and "tolerance" in svg and "exact optimum R*" in svg
-    # Ranks are spelled out: a shared rank says so.
-    assert re.search(r"<td data-v=\"[0-9.e-]+\"><span title=\"shared with [^\"]+\">shared \d+(st|nd|rd|th)</span></td>", page)
+    # Ranks are spelled out: the position by mean score and its interval, then the group letters.
+    assert re.search(r"<td data-v=\"1(\.0+)?\">1\u00a0\[1,\u00a0\d+\]</td><td>[a-z]+</td>", page)
 
 
 @pytest.mark.slow
@@ -150,7 +160,7 @@ _PROBE = ("<script>window.addEventListener('load',()=>{const vh=window.innerHeig
           "header:vis(t.tHead),rows_seen:rows.filter(vis).length,rows:rows.length,"
           "boxes:[...document.querySelectorAll('table.compact')].map(b=>b.getBoundingClientRect().right)};"
           "const th=[...t.tHead.rows[0].cells].find(c=>c.textContent.startsWith('score'));th.click();th.click();"
-          "out.sorted=[...t.tBodies[0].rows].map(r=>parseFloat(r.cells[5].dataset.v));"
+          "out.sorted=[...t.tBodies[0].rows].map(r=>parseFloat(r.cells[6].dataset.v));"
           "out.refs_last=[...t.tBodies[0].rows].slice(-2).every(r=>r.classList.contains('ref'));"
           "const d=document.createElement('pre');d.id='cgrpo-probe';d.textContent=JSON.stringify(out);"
           "document.body.appendChild(d);});</script>")
@@ -181,3 +191,22 @@ def test_first_screen_in_chromium(wide_page: str, tmp_path: Path, size: tuple[in
     shot = tmp_path / f"first_screen_{w}x{h}.png"
     subprocess.run([*base, f"--screenshot={shot}", wide_page and probe.as_uri()], capture_output=True, timeout=90)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_template_escapes_every_string_it_is_given() -> None:
+    """Titles, notes, headers, cells and the preamble reach the page through the template's
+    autoescaping: markup in any of them is shown, never run; the sorter is the one script."""
+    from constrained_grpo.eval.scoring.leaderboard import Leaderboard, Section
+
+    evil = '<script>alert("x")</script><img src=x onerror=alert(1)>'
+    lb = Leaderboard(
+        runs=pd.DataFrame(),
+        sections=(Section(f"Task T{evil}", (f"note {evil}",), (f"h {evil}", "seeds within d(1 + 0.1)"),
+                          ((f"cell {evil}", "0/1"),)),
+                  Section(f"Suite s{evil}: aggregate", (evil,), ("rank", "algo"), ((evil, evil),))),
+        preamble=(f"lead {evil}", f"rule {evil}"),
+    )
+    page = render_html(lb, figures=[f'plots/a"{evil}.png'])
+    assert page.count("<script>") == 1 and "<img src=x" not in page and 'onerror=alert(1)>' not in page
+    assert "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in page
+    assert 'href="plots/a&#34;&lt;script&gt;' in page  # an attribute cannot be closed from a path

@@ -72,8 +72,9 @@ def test_exact_ties_share_a_rank_whatever_the_names():
     flat = np.full(40, 0.5)
     for names in (("aaa", "zzz"), ("zzz", "aaa")):
         # Seven seeds: the exact paired test's smallest p, 2/128, times Holm's 3 pairs is <= 0.05.
-        t = table(*[run_rows(a, s, ret=1.8, hazard=0.05, lam=flat) for a in names for s in range(7)],
-                  *[run_rows("weak", s, ret=1.0, hazard=0.05, lam=flat) for s in range(7)])
+        # Noiseless evaluations (every run within): what one run resolves is not the question here.
+        t = table(*[run_rows(a, s, ret=1.8, hazard=0.05, lam=flat, exact=True) for a in names for s in range(7)],
+                  *[run_rows("weak", s, ret=1.0, hazard=0.05, lam=flat, exact=True) for s in range(7)])
         # The old rule sorted equal returns by name: rank 1 went to the alphabetically first.
         old = sorted(names, key=lambda a: (-1.8, a))
         assert old[0] == "aaa"
@@ -83,7 +84,7 @@ def test_exact_ties_share_a_rank_whatever_the_names():
         assert bool(df.loc["aaa", "shared"]) and df.loc["aaa", "avg_rank"] == df.loc["zzz", "avg_rank"] == 1.5
         assert "zzz" in df.loc["aaa", "not_separated"] and "weak" not in df.loc["aaa", "not_separated"]
         md = render_markdown(lb)
-        assert "| 1= | aaa |" in md and "| 1= | zzz |" in md and "| 3 | weak |" in md
+        assert "| 1= [1, 2] | a | aaa |" in md and "| 1= [1, 2] | a | zzz |" in md and "| 3 [3, 3] | b | weak |" in md
 
 
 def test_shared_ranks_separate_only_by_the_permutation_test():
@@ -157,7 +158,8 @@ def test_three_seeds_print_no_interval_and_identical_seeds_are_flagged():
     assert (lo, hi) == pytest.approx((1.5, 1.7))
     assert "(n=3: no CI)" in md
     assert "(identical seeds)" in md      # b: five identical seeds, a zero-width interval
-    assert "| 1= | a |" in md and "| 1= | b |" in md   # a's 3 seeds cannot separate it from b
+    # a's 3 seeds cannot separate it from b: rows by mean, both intervals [1, 2], one group.
+    assert "| 1 [1, 2] | a | a |" in md and "| 2 [1, 2] | a | b |" in md
 
 
 def test_feasibility_is_a_fraction_of_seeds_and_a_probability_not_a_cut_on_the_mean():

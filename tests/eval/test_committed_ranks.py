@@ -1,0 +1,115 @@
+"""The committed leaderboard (results/leaderboard.md, runs.csv, pairs.csv) read as a careful
+reader would: on every task and suite aggregate the rows are in the order of the mean score,
+every rank cell is "position [L, U]" with L and U following from the separated pairs, the group
+letters encode exactly those pairs, and no "feasible? yes" row holds a seed that breaks a limit."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+RANK_CELL = re.compile(r"^(\d+)(=?) \[(\d+), (\d+)\]$")
+
+
+def _tables(md: str) -> dict[str, list[dict[str, str]]]:
+    """Per section title ("Task X" or "Suite S: aggregate"), its table's rows as header -> cell."""
+    out: dict[str, list[dict[str, str]]] = {}
+    title, header = None, None
+    for line in md.splitlines():
+        if line.startswith("## "):
+            title, header = line[3:], None
+        elif line.startswith("| ") and title is not None:
+            cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+            if header is None:
+                header = cells
+                out[title] = []
+            else:
+                out[title].append(dict(zip(header, cells)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def board() -> tuple[dict[str, list[dict[str, str]]], pd.DataFrame, pd.DataFrame]:
+    if not (RESULTS / "leaderboard.md").is_file() or not (RESULTS / "pairs.csv").is_file():
+        pytest.skip("no committed leaderboard")
+    runs = pd.read_csv(RESULTS / "runs.csv", low_memory=False)
+    return _tables((RESULTS / "leaderboard.md").read_text()), runs, pd.read_csv(RESULTS / "pairs.csv")
+
+
+def _letters(cell: str) -> set[str]:
+    return set(cell.split(",")) if "," in cell else set(cell)
+
+
+def _check_ranked_rows(rows: list[dict[str, str]], means: dict[str, float], pairs: pd.DataFrame, scope: str) -> None:
+    algos = [r["algo"] for r in rows]
+    # Monotone in the mean score (rounding to runs.csv's 10 significant digits aside).
+    m = [means[a] for a in algos]
+    assert all(x >= y - 1e-8 for x, y in zip(m, m[1:])), (scope, list(zip(algos, m)))
+    sep = {frozenset((r.a, r.b)) for r in pairs.itertuples() if r.scope == scope and r.separated}
+    k = len(rows)
+    for i, r in enumerate(rows):
+        got = RANK_CELL.match(r["rank [L, U]"])
+        assert got, (scope, r["rank [L, U]"])
+        pos, tie, lo, hi = int(got[1]), got[2] == "=", int(got[3]), int(got[4])
+        higher = [b for b in algos if means[b] > means[r["algo"]] + 1e-8]
+        assert pos == 1 + len(higher) or (tie and abs(means[algos[pos - 1]] - means[r["algo"]]) < 1e-8), (scope, r["algo"])
+        above = sum(frozenset((r["algo"], b)) in sep for b in algos[:i])
+        below = sum(frozenset((r["algo"], b)) in sep for b in algos[i + 1:])
+        # Separated pairs are never between rows of equal mean: above means above in the order.
+        assert lo == 1 + above and hi == k - below, (scope, r["algo"], lo, hi, above, below)
+        assert lo <= pos <= hi
+    for a, b in itertools.combinations(rows, 2):
+        shares = bool(_letters(a["group"]) & _letters(b["group"]))
+        assert shares == (frozenset((a["algo"], b["algo"])) not in sep), (scope, a["algo"], b["algo"])
+
+
+def test_every_committed_task_reads_in_the_order_of_its_estimate(board) -> None:
+    tables, runs, pairs = board
+    tasks = [t for t in tables if t.startswith("Task ")]
+    assert tasks
+    for title in tasks:
+        task = title.removeprefix("Task ")
+        rows = [r for r in tables[title] if r["rank [L, U]"] not in ("ref", "—")]
+        if not rows:
+            continue
+        learners = runs[(runs["task"] == task) & ~runs["reference"].astype(bool)]
+        means = learners.groupby("algo")["score"].mean().to_dict()
+        _check_ranked_rows(rows, means, pairs, task)
+        # "feasible? yes" only where no seed's own verdict breaks a limit.
+        breaking = learners[learners["feasibility"] == "violates"].groupby("algo").size().to_dict()
+        for r in rows:
+            if r["feasible?"] == "yes":
+                assert breaking.get(r["algo"], 0) == 0, (task, r["algo"], breaking[r["algo"]])
+
+
+def test_every_committed_suite_aggregate_reads_in_the_order_of_its_estimate(board) -> None:
+    tables, _, pairs = board
+    suites = [t for t in tables if t.endswith(": aggregate") and tables[t]]
+    assert suites
+    for title in suites:
+        rows = [r for r in tables[title] if r["rank [L, U]"] != "—"]
+        means = {r["algo"]: float(r["score mean [95% CI]"].split(" ")[0]) for r in rows}
+        scope = "suite:" + title.removeprefix("Suite ").removesuffix(": aggregate")
+        # The printed means are rounded to 3 decimals: check the order on them, the rest exactly.
+        m = [means[r["algo"]] for r in rows]
+        assert all(x >= y for x, y in zip(m, m[1:])), (scope, m)
+        sep = {frozenset((r.a, r.b)) for r in pairs.itertuples() if r.scope == scope and r.separated}
+        for i, r in enumerate(rows):
+            got = RANK_CELL.match(r["rank [L, U]"])
+            assert got, r["rank [L, U]"]
+            above = sum(frozenset((r["algo"], o["algo"])) in sep for o in rows[:i])
+            below = sum(frozenset((r["algo"], o["algo"])) in sep for o in rows[i + 1:])
+            assert (int(got[3]), int(got[4])) == (1 + above, len(rows) - below), (scope, r["algo"])
+        for a, b in itertools.combinations(rows, 2):
+            assert bool(_letters(a["group"]) & _letters(b["group"])) == (frozenset((a["algo"], b["algo"])) not in sep)
+
+
+def test_hazard_fuel_lists_cpo_above_cgrpo_opg(board) -> None:
+    tables, _, _ = board
+    order = [r["algo"] for r in tables["Task Grid/HazardFuel-v0"]]
+    assert order.index("cpo") < order.index("cgrpo-opg")
