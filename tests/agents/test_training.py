@@ -103,7 +103,10 @@ def test_training_benchmark_children() -> None:
     small = {"n_envs": 4, "n_steps": 8, "batch_size": 32}
     row = speed_training.child_throughput("ppo-lag", TINY, 40, False, 0, small)
     assert row["env_steps"] == 64  # 40 steps round up to two rollouts of 4 x 8
-    assert row["num_envs"] == 4 and 0 < row["peak_rss_mb"] < 1024
+    import resource
+
+    # In process, the peak RSS is this test process's so far (a bench child starts fresh).
+    assert row["num_envs"] == 4 and 0 < row["peak_rss_mb"] <= resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 + 1
     assert row["env_steps_per_cpu_s"] == pytest.approx(64 / row["cpu_s"], rel=0.05)
     # The 3x3 grid's optimum is 1.2 (R*); cgrpo's quick preset meets the criterion within 100k
     # steps (about 30k with seed 0), and the run stops at the end of that chunk.

@@ -182,10 +182,11 @@ def test_cli_explain_flag(toy_results: Path, capsys: pytest.CaptureFixture[str])
     words = out.split("In words:\n", 1)[1].splitlines()
     assert words[0].startswith("Grid/HazardFuel3x3-v0 (R* = 1.2; limits hazard <= 0.2, fuel <= 4.4):")
     # The task's verdict and ranks, then one sentence per algorithm (2 seeds: nothing separated,
-    # every interval [1, 2], one letter; the two equal means share position 1).
+    # every interval [1, 2], one letter; positions 1 and 2 by mean score).
     assert words[1].startswith("  ") and ("within" in words[1] or "Best" in words[1]), words
-    assert words[1].endswith("rank 1= [1, 2]."), words
-    assert words[2].startswith("  By mean score, each with [L, U]") and words[2].count("1= [1, 2] (a, ") == 2, words
+    assert words[1].endswith("rank 1 [1, 2]."), words
+    assert words[2].startswith("  By mean score, each with [L, U]"), words
+    assert words[2].count(" 1 [1, 2] (a, ") == 1 and words[2].count(" 2 [1, 2] (a, ") == 1, words
     algos = sorted(line.split(":")[1].strip() for line in words[3:])
     assert len(words) == 5 and all(line.startswith("  cgrpo_toy_agent:") for line in words[3:]), words
     assert len(set(algos)) == 2
