@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 TORCH  := torch==2.13.0
 # The test suite exercises every family and backend, so the default install takes every
 # extra; `make install EXTRAS=dev` gives the base package plus the test tools.
-EXTRAS ?= dev,ray,highway,math,llm,trl,tb
+EXTRAS ?= dev,ray,highway,math,llm,trl,tb,lab
 
 .PHONY: install test test-fast demo bench clean safety parity
 

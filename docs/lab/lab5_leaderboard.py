@@ -1,10 +1,11 @@
 # %% [markdown]
 # # Lab 5: reading the board and its verdicts (tutorial, section 5)
 #
-# The leaderboard ranks algorithms per task by a score (return against `R*`, minus the
-# worst violation), with an exact permutation test between every pair over seeds: the rank
-# of an algorithm is 1 + the number of algorithms separated above it. Run lab 4 first: this
-# lab ranks its four runs.
+# The leaderboard orders algorithms per task by their mean score (return against `R*`, minus
+# the worst violation) and tests every pair over seeds with an exact permutation test: the
+# rank cell is the position by mean score with an interval [L, U], L = 1 + the algorithms
+# separated above, U = n - those separated below; algorithms that share a group letter are
+# not told apart. Run lab 4 first: this lab ranks its four runs.
 
 # %%
 from pathlib import Path
@@ -23,8 +24,8 @@ print(explain(lb, results.tasks))
 # %% [markdown]
 # ## Exercise
 #
-# 1. From `lb.per_task[TASK]` (columns `algo`, `rank`, `shared`, `feasible_seeds`, `seeds`):
-#    is the first place shared?
+# 1. From `lb.per_task[TASK]` (columns `algo`, `rank`, `rank_lo`, `rank_hi`, `letters`,
+#    `feasible_seeds`, `seeds`): which places can the data give the first algorithm?
 # 2. How many seeds per algorithm would the exact test need to separate a pair at all
 #    (`seeds_to_separate(pairs)`, with one pair here)? Why can two seeds never separate two
 #    algorithms, whatever their scores?
@@ -40,12 +41,14 @@ print(explain(lb, results.tasks))
 # %%
 TASK = "Grid/HazardFuel3x3-v0"
 ranked = lb.per_task[TASK]
-print(ranked[["algo", "rank", "shared", "feasible_seeds", "seeds"]].to_string(index=False))
+print(ranked[["algo", "rank", "rank_lo", "rank_hi", "letters", "feasible_seeds", "seeds"]].to_string(index=False))
 need = seeds_to_separate(1)
 print(f"seeds per algorithm to separate one pair: {need}")
 # With n = 2 seeds each the exact test's smallest two-sided p-value is 2 / C(4, 2) = 1/3 > 0.05:
-# no pair can be separated, so every rank is shared (and the board says so).
-assert ranked["rank"].nunique() == 1 and ranked["shared"].all()
+# no pair can be separated, so every interval spans every place and all share one letter; the
+# positions still follow the mean scores (an order, not a verdict).
+n = len(ranked)
+assert (ranked["rank_lo"] == 1).all() and (ranked["rank_hi"] == n).all() and ranked["letters"].nunique() == 1
 assert need > 2
 # The verdicts are per seed, from its evaluation episodes: "feasible seeds" counts the seeds
 # whose every cost's upper bound is within d(1 + 0.1); an algorithm is not "feasible" on 2 seeds.
