@@ -381,6 +381,25 @@ def outside_sweeps(block: Block) -> bool:
     return not any(line.strip().startswith(SWEEP_COMMANDS) for line in block.text.splitlines())
 
 
+def thread_check_lines(blocks: list[Block]) -> set[int]:
+    """The lines of the blocks the two-thread run plays: every saved file, and outside the
+    sweeps every block whose shown output has ~numbers (where a summation order would show)
+    plus the first bash and the first Python block shown exactly (a command's text, a print)."""
+    outputs = expected_outputs(blocks)
+    kept: set[int] = set()
+    exact: set[str] = set()
+    for index, block in enumerate(blocks):
+        if block.file:
+            kept.add(block.line)
+        elif block.runs and outside_sweeps(block) and index in outputs:
+            if outputs[index].tolerance is not None:
+                kept.add(block.line)
+            elif block.lang not in exact:
+                exact.add(block.lang)
+                kept.add(block.line)
+    return kept
+
+
 def run_tutorial(folder: Path, threads: int, only: Callable[[Block], bool] | None = None) -> tuple[str | None, list[str]]:
     """The tutorial's blocks (those ``only`` keeps; every one by default) in ``folder`` under
     ``threads`` BLAS threads: the first failure (None when every block ran and printed its
@@ -422,10 +441,12 @@ def test_tutorial_commands_run(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_tutorial_outputs_do_not_depend_on_blas_threads(tmp_path: Path) -> None:
-    """The blocks outside the sweeps (every kind of output: commands' text, Python's prints,
-    ~numbers of a training run and of the multiplier rules, files written) with two BLAS
-    threads print what the text shows too: its numbers do not hang on the summation order."""
-    failure, log = run_tutorial(tmp_path, THREAD_COUNTS[1], only=outside_sweeps)
+    """The blocks of :func:`thread_check_lines` (every kind of output: a command's text,
+    Python's prints, the ~numbers of training runs and of the multiplier rules, the files
+    written) with two BLAS threads print what the text shows too: its numbers do not hang on
+    the summation order."""
+    lines = thread_check_lines(_blocks())
+    failure, log = run_tutorial(tmp_path, THREAD_COUNTS[1], only=lambda block: block.line in lines)
     print("\n".join(log))
     assert failure is None, failure
 
@@ -434,7 +455,8 @@ def test_the_thread_check_covers_every_kind_of_output() -> None:
     """The blocks the two-thread run keeps show plain text, ~numbers and files, in both languages."""
     blocks = _blocks()
     outputs = expected_outputs(blocks)
-    kept = [i for i, b in enumerate(blocks) if b.runs and outside_sweeps(b)]
+    lines = thread_check_lines(blocks)
+    kept = [i for i, b in enumerate(blocks) if b.runs and b.line in lines]
     assert {blocks[i].lang for i in kept} == {"bash", "python"}
     assert any(outputs[i].tolerance is not None for i in kept if i in outputs)  # ~numbers
     assert any(outputs[i].tolerance is None for i in kept if i in outputs)  # exact text

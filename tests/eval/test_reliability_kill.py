@@ -40,8 +40,9 @@ def session_pids(sid: int) -> list[int]:
     return pids
 
 
-def wait_gone(sid: int, within: float = 10.0) -> list[int]:
-    """The session's processes still alive after waiting up to ``within`` seconds for them to end."""
+def wait_gone(sid: int, within: float = 60.0) -> list[int]:
+    """The session's processes still alive after waiting up to ``within`` seconds for them to end
+    (an orphan never ends; a minute leaves a loaded machine time to reap the others)."""
     deadline = time.monotonic() + within
     while session_pids(sid) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -58,20 +59,19 @@ def bench(out: Path, steps: int) -> subprocess.Popen:
 
 def kill_at_random(out: Path, sig: signal.Signals, rng: random.Random, within: float) -> int:
     """Start a bench, send ``sig`` to its driver ``U(0, within)`` s after a run of it started,
-    check that no process of it is left 10 s later; return the runs complete by then."""
+    check that no process of it is left once it has ended; return the runs complete by then."""
     started = time.time()
     proc = bench(out, 10_000)
     sid = proc.pid  # a session leader's session id is its pid
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not any(p.stat().st_mtime >= started for p in out.rglob("running.json")):
+    # Until a run has started: a sweep that never starts one is failed by the test's timeout marker.
+    while not any(p.stat().st_mtime >= started for p in out.rglob("running.json")):
         time.sleep(0.05)
-    assert time.monotonic() < deadline, "no run started within 60 s"
     time.sleep(rng.uniform(0.0, within))
     os.kill(proc.pid, sig)
     text, _ = proc.communicate(timeout=30)
     if sig == signal.SIGTERM:  # handled like Ctrl-C: a one-line message, no traceback
         assert proc.returncode == 130 and "interrupted" in text and "Traceback" not in text, text
-    assert wait_gone(sid) == [], f"processes of the sweep killed by {sig.name} are still alive 10 s later"
+    assert wait_gone(sid) == [], f"processes of the sweep killed by {sig.name} are still alive a minute later"
     complete = len(list(out.rglob("done.json")))
     assert complete < SEEDS, "the sweep ended before the kill; the test killed nothing"
     return complete
@@ -115,10 +115,8 @@ def test_a_driver_killed_while_the_fork_server_starts_leaves_nothing_behind(tmp_
     server's copy of its pipe) running: the server dies with its parent (``_forkserver_guard``)."""
     proc = bench(tmp_path / "out", 10_000)
     sid = proc.pid
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _fork_server(sid) is None:
+    while _fork_server(sid) is None:  # a bench that never starts one is failed by the timeout marker
         time.sleep(0.02)
-    assert _fork_server(sid) is not None, "no fork server started within 60 s"
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     assert wait_gone(sid, within=3.0) == [], "the fork server or the resource tracker outlived the killed driver"
