@@ -77,17 +77,24 @@ def task_meta(task: str, with_optimum: bool = True) -> TaskMeta:
     ``optimum()``, the exact optimum of ``task``.
 
     Solving the optimum is a linear program that takes seconds (minutes for the largest
-    grids), so a sweep calls this once per task in the driver and hands it to the runs.
+    grids), so a sweep calls this once per task in the driver and hands it to the runs; a
+    registered task whose family keeps its optimum (``Family.optima``, as the LP solved it)
+    takes it from there.
     """
+    family = task_info(task).family
+    known = family.optima.get(task) if with_optimum else None
     env = make_env(task)
     try:
         constraints = get_constraints(env)
-        solver = getattr(env.unwrapped, "optimum", None) if with_optimum else None
+        solver = getattr(env.unwrapped, "optimum", None) if with_optimum and known is None else None
         opt = solver() if callable(solver) else None
     finally:
         env.close()
+    if known is not None:
+        return TaskMeta(task, family.name, constraints, float(known["constrained_return"]),
+                        float(known["unconstrained_return"]), tuple(float(m) for m in known["multipliers"]))
     if opt is None:
-        return TaskMeta(task, task_info(task).family.name, constraints)
+        return TaskMeta(task, family.name, constraints)
     return TaskMeta(
         task,
         task_info(task).family.name,
