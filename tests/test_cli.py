@@ -53,6 +53,7 @@ def test_envs_lists_tasks_with_limits():
     assert "Grid/HazardFuel-v0" in r.stdout and "hazard" in r.stdout and "<= 0.1" in r.stdout and "<= 12" in r.stdout
 
 
+@pytest.mark.slow
 def test_check_passes_and_unknown_id_is_a_clear_error():
     r = cgrpo_subprocess("check", TASK, "--steps", "50")
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr

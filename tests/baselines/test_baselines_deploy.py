@@ -26,6 +26,7 @@ def trained() -> dict[str, object]:
             for rule in ("last", "best-feasible", "tail-mixture")}
 
 
+@pytest.mark.slow
 def test_snapshots_do_not_change_training(trained: dict[str, object]) -> None:
     last = trained["last"].model.policy.state_dict()
     for rule in ("best-feasible", "tail-mixture"):

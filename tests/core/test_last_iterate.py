@@ -212,6 +212,7 @@ def _bandit_adam(beta: float, optimistic: bool, steps: int = 1000, lr: float = 0
     return ps
 
 
+@pytest.mark.slow
 def test_optimism_over_adam_damps_the_cycle_but_does_not_converge():
     """Optimistic steps converge with plain gradient steps (above), not over Adam: Adam moves
     each parameter by about lr per step whatever the gradient's size, so the displacement that

@@ -16,8 +16,9 @@ import pytest
 from constrained_grpo.eval.runner import RunSpec, execute_run, task_meta
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+for folder in (HERE.parent, HERE):  # tests/ for inprocess.py, tests/eval for the toy agent
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from cgrpo_toy_agent import TASK, TOY, TOY_UNCONSTRAINED  # noqa: E402
 

@@ -56,6 +56,7 @@ class OwnGenerator:
         return 3 if deterministic else int(self.rng.integers(4))
 
 
+@pytest.mark.slow
 def test_an_act_only_agent_on_highway_plays_the_serial_episodes_on_the_batched_twin():
     pytest.importorskip("highway_env")
     from constrained_grpo.tasks import make_env, make_vec_env
@@ -147,6 +148,7 @@ def test_progress_lines_come_at_most_every_interval_and_show_the_eta():
     assert lines[-1] == "evaluation 300/1,200 episodes (25%), 24 s elapsed, ETA 1 min 12 s"
 
 
+@pytest.mark.slow
 def test_a_sweep_prints_each_runs_evaluation_lines(tmp_path):
     from cgrpo_toy_agent import TASK, TOY
 

@@ -16,6 +16,7 @@ RECORD = Path(__file__).resolve().parents[2] / "results" / "standard"
 GRIDS = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", GRIDS)
 def test_gridworlds_bind_by_their_exact_optimum(task):
     exact = check_binding(task, record=None)

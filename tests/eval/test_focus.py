@@ -82,6 +82,7 @@ def test_a_name_not_on_the_board_is_one_line_naming_the_choices(toy_results: Pat
     assert not (tmp_path / "leaderboard.md").exists()
 
 
+@pytest.mark.slow
 def test_plot_add_draws_a_submission_beside_the_board_highlighted_on_top(toy_results: Path, tmp_path: Path, capsys):
     from constrained_grpo.eval.scoring.colors import HIGHLIGHT, PALETTE, algo_colors, muted
 

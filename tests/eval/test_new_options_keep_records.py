@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from constrained_grpo.eval.presets import PRESETS
 from constrained_grpo.eval.runner import _without_new_nulls
 from constrained_grpo.eval.scoring.record import load_record
@@ -22,6 +24,7 @@ def test_new_null_options_are_dropped_and_others_kept() -> None:
     assert _without_new_nulls({"a": None}, {"a": 1}) == {"a": None}
 
 
+@pytest.mark.slow
 def test_the_committed_standard_records_grpo_runs_resolve_as_recorded() -> None:
     record = load_record(RECORD, configs=True)
     specs = [s for s in PRESETS["standard"].runs() if (s.task, s.algo, s.seed) in record.configs]

@@ -116,6 +116,7 @@ def test_too_few_seeds_are_not_tested() -> None:
     assert np.isnan(r.p[0, 1]) and not r.separated.any() and r.pairs() == []
 
 
+@pytest.mark.slow
 def test_an_erratic_algorithm_with_lower_mean_is_never_ranked_above_a_steady_one() -> None:
     """Erratic: each seed -0.5 or 1.0 with probability 1/2 (mean 0.25); steady: N(0.5, 0.02).
     In 300 draws of 10 seeds each the erratic one is never separated above the steady one
@@ -150,6 +151,7 @@ def test_an_erratic_algorithm_gets_a_wide_interval_among_steady_ones() -> None:
     _check_letters(list(r.letters), r.separated)
 
 
+@pytest.mark.slow
 def test_family_wise_error_and_power_at_25_algorithms_and_10_seeds() -> None:
     """25 algorithms x 10 seeds. Null: equal means, normal scores with spreads from 0.1 to
     2.0: no board of 4 has a false separation (0 of 20 such boards in the larger runs of

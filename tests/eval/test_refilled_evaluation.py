@@ -61,6 +61,7 @@ def _same(a: EvalResult, b: EvalResult) -> bool:
             and np.array_equal(a.lengths, b.lengths))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["linear", "safe-driver"])
 def test_refilled_rows_play_the_waves_episodes(policy):
     act = _linear_policy(0) if policy == "linear" else _safe_driver
@@ -122,6 +123,7 @@ def test_partial_reset_restarts_sautes_budgets_of_the_masked_rows_only():
     assert _same(old, play_batched(make, saute.act_batch, False, seeds, 4, wave=8))
 
 
+@pytest.mark.slow
 def test_highway_eval_bench_measures_both_ways(tmp_path):
     """The bench row (tiny budget): training time, both evaluations, and the same episodes."""
     from constrained_grpo.eval.bench import highway_eval

@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from cgrpo_toy_agent import TASK, TOY, subprocess_env
+from inprocess import run_cgrpo
 from constrained_grpo.eval import storage
 from constrained_grpo.eval.scoring.leaderboard import check_submission
 from constrained_grpo.eval.scoring.loader import (
@@ -225,9 +226,7 @@ def test_check_and_add_apply_the_same_clash_rule(toy_results: Path, tmp_path: Pa
     existing.to_csv(clashing, index=False)
     with pytest.raises(ResultsError, match=r"are in the results already"):
         check_submission_table(clashing, existing=existing)
-    env = subprocess_env()
-    run = lambda *a: subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "leaderboard", str(toy_results), *a],
-                                    env=env, capture_output=True, text=True, timeout=300)
+    run = lambda *a: run_cgrpo("leaderboard", str(toy_results), *a)  # in-process (tests/inprocess.py)
     checked = run("--check", str(clashing))
     assert checked.returncode == 1 and "REJECTED" in checked.stdout and "in the results already" in checked.stdout
     added = run("--add", str(clashing), "--out", str(tmp_path / "lb"), "--quiet")
@@ -264,9 +263,7 @@ def test_check_refuses_what_add_refuses_for_the_protocol(toy_results: Path, tmp_
     sub.to_csv(path, index=False)
     with pytest.raises(ResultsError, match=rf"cannot be ranked with the results: .*{reason}"):
         check_submission(path, None, existing)
-    env = subprocess_env()
-    run = lambda *a: subprocess.run([sys.executable, "-m", "constrained_grpo.cli", "leaderboard", str(toy_results), *a],
-                                    env=env, capture_output=True, text=True, timeout=300)
+    run = lambda *a: run_cgrpo("leaderboard", str(toy_results), *a)  # in-process (tests/inprocess.py)
     checked = run("--check", str(path))
     added = run("--add", str(path), "--out", str(tmp_path / "lb"), "--quiet")
     assert checked.returncode == 1 and re.search(reason, checked.stdout), checked.stdout

@@ -449,6 +449,7 @@ def _crash_at(monkeypatch, step: int) -> list[str]:
     return done
 
 
+@pytest.mark.slow
 def test_a_pack_into_its_own_folder_killed_at_any_step_leaves_the_old_or_the_new_record(toy_results, tmp_path, monkeypatch):
     import shutil
 
@@ -555,6 +556,7 @@ def toy_board(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_submitted_agents_are_re_evaluated_on_the_private_seed_and_ranked(agents, toy_board, tmp_path, capsys):
     import json
 
