@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from constrained_grpo.sampling import episode_seed
+from constrained_grpo.eval.eval_progress import format_duration
 
 __all__ = ["ACT_BATCH_FIX", "RowGenerators", "SlowEvaluationWarning", "act_only_rows"]
 
@@ -157,24 +158,15 @@ def _episode_seconds(env: Any, act: Callable[..., Any], first_seed: int,
     return (time.perf_counter() - start) / played, played
 
 
-def _duration(seconds: float) -> str:
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
-
-
 def slow_path_message(name: str, task: str, why: str, episode_s: float, probed: int, episodes: tuple[int, int],
                       policies: int) -> str:
     """The warning's text: the estimate (episodes x policies x the probe's seconds per episode,
     ``episodes`` the fewest and most the plan may ask) and the fix."""
     lo, hi = episodes
     count = f"{lo:,}" if lo == hi else f"{lo:,} to {hi:,}"
-    took = _duration(episode_s * lo * policies)
+    took = format_duration(episode_s * lo * policies)
     if hi != lo:
-        took += f" to {_duration(episode_s * hi * policies)}"
+        took += f" to {format_duration(episode_s * hi * policies)}"
     each = f"{episode_s * 1000:.1f} ms" if episode_s < 0.1 else f"{episode_s:.2f} s"
     return (f"{name} has act() alone and {why}, so it is evaluated on {task} one episode at a time: {count} episodes "
             f"x {policies} policies at {each} per episode (the first {probed} measured) is about "

@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["EVERY_S", "EvalProgress", "episodes_done", "format_eval_progress", "planned", "reporting"]
+__all__ = ["EVERY_S", "EvalProgress", "episodes_done", "format_duration", "format_eval_progress", "planned", "reporting"]
 
 #: The warnings :func:`reporting` sends to its ``line`` (by class name: no import of the evaluation).
 FORWARDED = ("SlowEvaluationWarning", "UnseededEvaluationWarning")
@@ -27,7 +27,8 @@ FORWARDED = ("SlowEvaluationWarning", "UnseededEvaluationWarning")
 EVERY_S = 10.0
 
 
-def _duration(seconds: float) -> str:
+def format_duration(seconds: float) -> str:
+    """``42 s``, ``3 min 5 s``, ``2 h 4 min``."""
     s = int(round(seconds))
     if s < 60:
         return f"{s} s"
@@ -45,10 +46,10 @@ def format_eval_progress(done: int, total: int | None, elapsed: float) -> str:
     'evaluation 500 episodes (pilot, sizing the plan), 12 s elapsed'
     """
     if total is None:
-        return f"evaluation {done:,} episodes (pilot, sizing the plan), {_duration(elapsed)} elapsed"
-    line = f"evaluation {done:,}/{total:,} episodes ({min(done / total, 1.0) if total else 1.0:.0%}), {_duration(elapsed)} elapsed"
+        return f"evaluation {done:,} episodes (pilot, sizing the plan), {format_duration(elapsed)} elapsed"
+    line = f"evaluation {done:,}/{total:,} episodes ({min(done / total, 1.0) if total else 1.0:.0%}), {format_duration(elapsed)} elapsed"
     if 0 < done < total:
-        line += f", ETA {_duration(elapsed * (total - done) / done)}"
+        line += f", ETA {format_duration(elapsed * (total - done) / done)}"
     return line
 
 
