@@ -257,9 +257,10 @@ COMPACT: tuple[tuple[str, str], ...] = (
 
 
 def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskMeta,
-             colors: Mapping[str, str]) -> tuple[list[tuple[str, str]], list[dict]]:
+             colors: Mapping[str, str], highlight: str | None = None) -> tuple[list[tuple[str, str]], list[dict]]:
     """The compact table as data for the template: its (header, tooltip) pairs and, per row,
-    its class and cells (text, sort value ``v`` or None, colour swatch or None)."""
+    its class (``highlight`` for the ``--highlight`` algorithm's) and cells (text, sort value
+    ``v`` or None, colour swatch or None)."""
     norm = meta.optimum_return not in (None, 0)
     head = [(h, t) for h, t in COMPACT]
     if not norm:
@@ -284,7 +285,10 @@ def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskM
                  (f"{u}/{n}", u, None), (f"{n - f - u}/{n}", n - f - u, None),
                  (_ci(r["score"], r["score_lo"], r["score_hi"], n), r["score"], None), (_ci(*y, n), y[0], None),
                  (_ci(r["worst"], r["worst_lo"], r["worst_hi"], n), r["worst"], None)]
-        out.append({"cls": "ref" if ref else ("infeasible" if f == 0 and u == 0 else ""),
+        cls = "ref" if ref else ("infeasible" if f == 0 and u == 0 else "")
+        if highlight is not None and str(r["algo"]) == highlight:
+            cls = f"{cls} highlight".strip()
+        out.append({"cls": cls,
                     "cells": [{"text": text, "swatch": sw,
                                "v": f"{v:.10g}" if isinstance(v, (int, float)) and math.isfinite(v) else None}
                               for text, v, sw in cells]})
@@ -292,14 +296,18 @@ def _compact(ranked: pd.DataFrame | None, refs: pd.DataFrame | None, meta: TaskM
 
 
 def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], tips: Mapping[str, str],
-           notes: Sequence[str] = ()) -> dict:
-    """A full table as data for the template: header, tooltips, rows (class and cells)."""
+           notes: Sequence[str] = (), highlight: str | None = None) -> dict:
+    """A full table as data for the template: header, tooltips, rows (class and cells; the
+    ``--highlight`` algorithm's rows also ``highlight``)."""
     cols = [i for i, h in enumerate(header) if h.startswith("seeds within d(") or h == "undetermined seeds"]
+    algo_col = list(header).index("algo") if "algo" in header else None
     out = []
     for row in rows:
         # Grey only where every seed breaks a limit: none feasible and none undetermined.
         cls = "infeasible" if len(cols) == 2 and all(row[i].startswith("0/") for i in cols) else ""
         cls = "ref" if row and row[0] == "ref" else cls
+        if highlight is not None and algo_col is not None and len(row) > algo_col and row[algo_col] == highlight:
+            cls = f"{cls} highlight".strip()
         out.append({"cls": cls, "cells": [_unbroken_groups(c) for c in row]})
     return {"title": title, "header": list(header), "tips": dict(tips), "rows": out, "notes": list(notes)}
 
@@ -348,6 +356,7 @@ _CSS = (
     "table.full td:nth-child(1),table.full td:nth-child(3){background:#fff}"
     "table.full thead th:nth-child(1),table.full thead th:nth-child(3){background:#f3f3f3;z-index:2}"
     "tr.infeasible td{color:#777}tr.ref td{color:#555;font-style:italic;background:#fafafa}"
+    "tr.highlight td{font-weight:bold;background:#fbe3f2}"
     ".sw{display:inline-block;width:0.7em;height:0.7em;border-radius:50%;margin-right:0.35em;vertical-align:baseline}"
     ".sw.ref{border-radius:0;border:1.5px solid #444;background:#fff;width:0.55em;height:0.55em}"
     "details{margin:0.3em 0 0.8em}summary{cursor:pointer;color:#1a4f8a}"
@@ -395,14 +404,14 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
     for s in task_sections:
         task = s.title.removeprefix("Task ")
         meta = tasks.get(task)
-        view = _table(s.title, s.header, s.rows, {h: tip(h) for h in s.header}, s.notes)
+        view = _table(s.title, s.header, s.rows, {h: tip(h) for h in s.header}, s.notes, lb.highlight)
         view.update(task=task, slug=_slug(task), meta=meta is not None, verdict="")
         if meta is not None:
             view["verdict"] = task_verdict(lb.per_task.get(task), meta, lb.not_ranked.get(task, ()), lb.tol)
             view["limits"] = ", ".join(f"{c.name} ≤ {c.limit:g}" for c in meta.constraints)
             view["optimum"] = f"; exact optimum R* = {meta.optimum_return:.4f}" if meta.optimum_return is not None else ""
             ranked, refs = lb.per_task.get(task), lb.references.get(task)
-            view["compact_head"], view["compact_rows"] = _compact(ranked, refs, meta, colors)
+            view["compact_head"], view["compact_rows"] = _compact(ranked, refs, meta, colors, lb.highlight)
             # The one fragment built outside the template: inline SVG from numbers and escaped names.
             view["figure"] = Markup(task_figure(ranked, refs, meta, lb.tol, colors))
         headers += [h for h in s.header if h not in headers]
@@ -415,7 +424,7 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
         else:
             headers += [h for h in s.header if h not in headers]
             tips = {h: tip(h) for h in s.header}
-        others.append(_table(s.title, s.header, s.rows, tips, s.notes))
+        others.append(_table(s.title, s.header, s.rows, tips, s.notes, lb.highlight))
     return environment().get_template("page.html").render(
         css=Markup(_CSS), script=Markup(_SCRIPT), lead=lb.preamble[0] if lb.preamble else "",
         tasks=[v for v in task_views if v["meta"] or True], tol=f"{lb.tol:g}",

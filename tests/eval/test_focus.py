@@ -142,3 +142,34 @@ def test_the_page_draws_the_highlight_in_its_reserved_colour(toy_results: Path):
     own = algo_colors([TOY, TOY_UNCONSTRAINED])
     assert dots == {TOY: HIGHLIGHT, TOY_UNCONSTRAINED: muted(own[TOY_UNCONSTRAINED])}
     assert HIGHLIGHT not in plain and lit.count(f'fill="{HIGHLIGHT}"') >= 1
+
+
+def test_the_page_marks_the_highlighted_algorithms_rows_and_no_other(toy_results: Path):
+    """Every table row of the highlighted algorithm (compact and full, every task and suite)
+    carries the ``highlight`` class, and no other row does; without --highlight none does."""
+    import re
+    from dataclasses import replace
+    from html import unescape
+
+    from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_html
+
+    res = load_results(toy_results)
+    lb = build_leaderboard(res.table, res.tasks)
+    plain, lit = render_html(lb), render_html(replace(lb, highlight=TOY))
+    assert 'class="highlight"' not in plain and " highlight" not in plain.split("<body")[1].split("<script")[0]
+    rows = re.findall(r'<tr( class="[^"]*")?>(.*?)</tr>', lit.split("<body", 1)[1])
+    marked = [body for cls, body in rows if "highlight" in cls]
+    assert len(marked) >= 2  # the task's compact row and its full row at least
+
+
+    def cells(body: str) -> list[str]:  # a row's cell texts, tags stripped
+        return [unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<td[^>]*>(.*?)</td>", body)]
+
+    # The algorithm's own rows: its name as the algo cell (third after rank and group, or the
+    # first of a table keyed by algorithm), never a name in another row's "not separated from".
+    def own(body: str) -> bool:
+        texts = cells(body)
+        return bool(texts) and (texts[0] == TOY or (len(texts) > 2 and texts[2] == TOY))
+
+    assert all(own(body) for body in marked)
+    assert not [body for cls, body in rows if "highlight" not in cls and own(body)]
