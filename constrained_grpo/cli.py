@@ -627,18 +627,10 @@ def format_progress(row: dict[str, Any], budget: int, limits: dict[str, float]) 
     if wall > 0 and steps > 0:
         rate = steps / wall
         parts.append(f"{rate:,.0f} steps/s")
-        parts.append(f"ETA {_duration(max(budget - steps, 0) / rate)}")
+        from constrained_grpo.eval.eval_progress import format_duration  # the evaluation lines' format too
+
+        parts.append(f"ETA {format_duration(max(budget - steps, 0) / rate)}")
     return "  ".join(parts)
-
-
-def _duration(seconds: float) -> str:
-    """``42 s``, ``3 min 5 s``, ``2 h 4 min``."""
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min {s % 60} s"
-    return f"{s // 3600} h {s % 3600 // 60} min"
 
 
 def _check_acts_on(name: str, spec: Any, task: str) -> None:
@@ -757,7 +749,7 @@ def _large_sweep(args: argparse.Namespace, runs: int, usual: int, steps: int) ->
 
     >>> import argparse
     >>> _large_sweep(argparse.Namespace(yes=False, seeds=400, preset="quick"), 1200, 9, 24_000_000)
-    'this sweep plans 1,200 runs (24,000,000 env steps), far more than the quick preset\'s 9: pass --yes to start it. --seeds 400 means 400 seeds (0-399); for seed 400 alone write --seeds 400-400'
+    "this sweep plans 1,200 runs (24,000,000 env steps), far more than the quick preset's 9: pass --yes to start it. --seeds 400 means 400 seeds (0-399); for seed 400 alone write --seeds 400-400"
     """
     if args.yes or runs <= max(LARGE_SWEEP_RUNS, usual):
         return None
