@@ -89,7 +89,9 @@ def upgrade_recorded(resolved: Any) -> Any:
     * ``deploy_alpha`` at its default, except for ``best-feasible``, whose rule changed (those
       runs selected on the batch mean: they differ from a run made now);
     * PPO-Lagrangian's ``augmented_weights``: ``after-step`` where the multiplier rule is the
-      augmented Lagrangian (those runs took the weights after the step), else the default.
+      augmented Lagrangian (those runs took the weights after the step), else the default;
+    * a GRPO config's ``closed_form`` on: it chooses how the gridworld policy step is computed,
+      not what (runs before the option took the closed form wherever it applied).
     """
     if isinstance(resolved, list):
         return [upgrade_recorded(v) for v in resolved]
@@ -97,6 +99,8 @@ def upgrade_recorded(resolved: Any) -> Any:
         return resolved
     out = {LEGACY_DEPLOY_KEYS.get(k, k): upgrade_recorded(v) for k, v in resolved.items()}
     if "num_groups" in out or "clip_range" in out:
+        if "num_groups" in out:
+            out.setdefault("closed_form", True)
         out.setdefault("deploy", "last")
         out.setdefault("deploy_snapshots", 10)
         if out["deploy"] != "best-feasible":

@@ -27,7 +27,6 @@ from constrained_grpo.constraints import Constraint
 __all__ = [
     "CONFIG_KEYS",
     "CONFIG_SCHEMA",
-    "IMPLEMENTATION_DEFAULTS",
     "CORE_COLUMNS",
     "EVAL_POLICIES",
     "LOG_REQUIRED_KEYS",
@@ -41,10 +40,6 @@ __all__ = [
 
 #: Version of the ``config.json`` layout; the loader refuses other versions.
 CONFIG_SCHEMA = 1
-#: Configuration fields that choose how a result is computed, not what (the gridworld GRPO
-#: policy step in closed form or through autograd, equal to round-off): a recorded
-#: configuration without one of them ran at this value, so its absence is no difference.
-IMPLEMENTATION_DEFAULTS: dict[str, Any] = {"closed_form": True}
 #: Top-level keys of ``config.json`` (``runner.run_config``); ``eval`` is the evaluation protocol.
 CONFIG_KEYS: tuple[str, ...] = ("schema", "run", "task", "algo", "eval", "command", "versions", "git", "invoked_as")
 

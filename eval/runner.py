@@ -31,7 +31,7 @@ import numpy as np
 from constrained_grpo.constraints import get_constraints, override_limits
 from constrained_grpo.deploy import upgrade_recorded
 from constrained_grpo.registry import WARMSTART_CACHE_ENV, EvalResult, ResolvedConfig, agent_spec, build_agent, resolve, resolve_config
-from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, IMPLEMENTATION_DEFAULTS, TaskMeta, eval_columns
+from constrained_grpo.schema import CONFIG_SCHEMA, EVAL_POLICIES, TaskMeta, eval_columns
 from constrained_grpo.tasks import make_env, task_info, task_meta
 from constrained_grpo.eval import storage
 from constrained_grpo.eval import eval_progress
@@ -152,11 +152,7 @@ class RunSpec:
             return None
         if not isinstance(then, Mapping):
             return "no resolved configuration recorded"
-        keys = [k for k in sorted(_changed_keys(then, now))
-                if not (_lookup(then, k) is None and k.rpartition(".")[2] in IMPLEMENTATION_DEFAULTS
-                        and _lookup(now, k) == IMPLEMENTATION_DEFAULTS[k.rpartition(".")[2]])]
-        if not keys:
-            return None
+        keys = sorted(_changed_keys(then, now))
         shown = ", ".join(f"{k}: {_lookup(then, k)!r} -> {_lookup(now, k)!r}" for k in keys[:4])
         return f"a resolved configuration the code now gives otherwise ({shown}{', ...' if len(keys) > 4 else ''})"
 

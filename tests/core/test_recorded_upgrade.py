@@ -46,6 +46,6 @@ def test_runs_recorded_before_are_the_same_runs_unless_their_rule_changed():
 def test_nested_learner_configs_are_upgraded_too():
     nested = {"kind": "reference", "config": {"algo": "grpo", "config": {"num_groups": 8, "final_policy": "last"}}}
     inner = upgrade_recorded(nested)["config"]["config"]
-    assert inner == {"num_groups": 8, "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05}
+    assert inner == {"num_groups": 8, "closed_form": True, "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05}
     assert upgrade_recorded({"kind": "reference", "config": {"policy": "random"}}) == {
         "kind": "reference", "config": {"policy": "random"}}
