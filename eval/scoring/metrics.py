@@ -27,6 +27,8 @@ from constrained_grpo.eval.scoring.stability import limit_scale
 from constrained_grpo.eval.scoring.verdict import SCORE_GRID, CostStats, cost_quantiles, cost_stats, run_verdict
 
 __all__ = [
+    "Anchors",
+    "anchor_returns",
     "constrained_score",
     "expected_score",
     "cumulative_violation",
@@ -86,14 +88,39 @@ def final_performance(values: Sequence[float] | np.ndarray, frac: float = 0.2) -
     return fmean(x[-m:])
 
 
-def normalised_return(achieved: float, optimum: float | None) -> float:
+#: ``(R_low, R_high)``: the mean returns of a task's two anchor references (``TaskInfo.return_anchors``).
+Anchors = tuple[float, float]
+
+
+def normalised_return(achieved: float, optimum: float | None, anchors: Anchors | None = None) -> float:
     """Return relative to the exact optimum: 1 - (R* - R) / |R*| (1 at the optimum).
 
-    Equals R / R* when R* > 0; NaN when the task has no optimum (or R* = 0).
+    Equals R / R* when R* > 0. On a task without an optimum whose return is anchored by two
+    references (``anchors = (R_low, R_high)``, :func:`anchor_returns`): (R - R_low) / (R_high - R_low),
+    0 at the low reference and 1 at the high one. NaN when the task has neither (or R* = 0).
     """
+    if optimum is None and anchors is not None:
+        low, high = anchors
+        return float((achieved - low) / (high - low))
     if optimum is None or optimum == 0 or not math.isfinite(optimum):
         return math.nan
     return float(1.0 - (optimum - achieved) / abs(optimum))
+
+
+def anchor_returns(evals: pd.DataFrame, anchors: Mapping[str, tuple[str, str]]) -> dict[str, Anchors]:
+    """Per task of ``anchors`` (task -> its ``(low, high)`` reference names), the two
+    references' mean evaluated returns ``(R_low, R_high)``: each the exact mean over its seeds
+    of the sampled policy's mean episode return (``evals``: :func:`eval_summaries` rows). A
+    task is left out where either reference has no run, or where ``R_high <= R_low`` (no unit
+    to normalise by): its returns stay raw."""
+    out: dict[str, Anchors] = {}
+    sampled = evals[evals["policy"] == "sampled"] if len(evals) else evals
+    for task, (low, high) in sorted(anchors.items()):
+        rows = sampled[sampled["task"] == task] if len(sampled) else sampled
+        means = [fmean(rows.loc[rows["algo"] == name, "return_mean"]) if len(rows) else math.nan for name in (low, high)]
+        if all(math.isfinite(m) for m in means) and means[1] > means[0]:
+            out[task] = (means[0], means[1])
+    return out
 
 
 # ------------------------------------------------------------------- constraint satisfaction
@@ -151,7 +178,8 @@ def _pairing(k: int, size: int) -> np.ndarray:
 
 
 def expected_score(
-    return_value: float, optimum: float | None, costs: Sequence[np.ndarray], constraints: Sequence[Constraint], tol: float
+    return_value: float, optimum: float | None, costs: Sequence[np.ndarray], constraints: Sequence[Constraint], tol: float,
+    anchors: Anchors | None = None,
 ) -> float:
     """:func:`constrained_score` averaged over what the evaluation episodes cannot tell about J:
 
@@ -166,7 +194,7 @@ def expected_score(
     """
     if not math.isfinite(return_value):
         return math.nan
-    norm = normalised_return(return_value, optimum)
+    norm = normalised_return(return_value, optimum, anchors)
     keep = max(float(norm if math.isfinite(norm) else return_value), 0.0)
     if not constraints:
         return keep
@@ -181,14 +209,16 @@ def expected_score(
     return math.fsum(values.tolist()) / values.size
 
 
-def constrained_score(return_value: float, optimum: float | None, violation: float, tol: float) -> float:
+def constrained_score(return_value: float, optimum: float | None, violation: float, tol: float,
+                      anchors: Anchors | None = None) -> float:
     """One number per run under which an infeasible run never beats a feasible one.
 
     score = max(R~, 0)  if v <= tol (feasible),   score = -v  otherwise,
 
     with v = max_k max(0, J_k - d_k)/d_k the largest normalised violation and R~ the
-    normalised return 1 - (R* - R)/|R*| on a task with an exact optimum R* (the raw return
-    R elsewhere). Feasible runs score >= 0 and infeasible ones < 0 (v > tol >= 0), so the
+    normalised return 1 - (R* - R)/|R*| on a task with an exact optimum R*, (R - R_low) /
+    (R_high - R_low) on a task anchored by two references (``anchors``), the raw return R
+    elsewhere. Feasible runs score >= 0 and infeasible ones < 0 (v > tol >= 0), so the
     order "feasible first, by return; then infeasible, by violation" holds for every pair
     of runs, and so for any mean, IQM or P(X > Y) of the score. A feasible run with
     R~ <= 0 scores 0: no better than doing nothing.
@@ -197,7 +227,7 @@ def constrained_score(return_value: float, optimum: float | None, violation: flo
         return math.nan
     if violation > tol:
         return -float(violation)
-    norm = normalised_return(return_value, optimum)
+    norm = normalised_return(return_value, optimum, anchors)
     base = norm if math.isfinite(norm) else float(return_value)
     return max(float(base), 0.0)
 
@@ -348,11 +378,15 @@ def run_metrics(
     lambda_in_reward_units: Mapping[str, bool] | None = None,
     lambda_max: Mapping[str, float] | None = None,
     evals: pd.DataFrame | None = None,
+    return_anchors: Mapping[str, Anchors] | None = None,
 ) -> pd.DataFrame:
     """One row of metrics per run (suite, task, algo, seed) of a long table.
 
     ``evals``: the runs' evaluation summaries (:func:`eval_summaries`) when the table holds
     only their train rows (a compact record); None computes them from its eval rows.
+    ``return_anchors``: per task without an exact optimum, ``(R_low, R_high)``
+    (:func:`anchor_returns`): its returns are normalised by them in every ``*_norm`` column
+    and in the scores.
 
     Two iterates are scored. The *last iterate* is the final policy, evaluated by the
     harness on the same episodes for every run: ``policy == "sampled"`` is the primary
@@ -392,6 +426,7 @@ def run_metrics(
 
     units = dict(lambda_in_reward_units or {})
     bounds = dict(lambda_max or {})
+    anchored = dict(return_anchors or {})
     if evals is None:
         evals = eval_summaries(table, tasks)
     by_run: dict[tuple[str, str, int], dict[str, dict[str, Any]]] = {}
@@ -400,6 +435,7 @@ def run_metrics(
     rows: list[dict[str, object]] = []
     for suite, task, algo, seed, run in _runs(table[table["kind"] == "train"], tasks):
         meta = tasks[task]
+        anchors = anchored.get(task)
         train = run.sort_values("iteration")
         ev = by_run.get((task, algo, int(seed)), {})
         present = [p for p in ("sampled", "deterministic") if p in ev]
@@ -415,7 +451,7 @@ def run_metrics(
 
         main = _eval_block(first, meta, tol)
         row["eval_return"] = main["return"]
-        row["eval_return_norm"] = normalised_return(main["return"], meta.optimum_return)
+        row["eval_return_norm"] = normalised_return(main["return"], meta.optimum_return, anchors)
         for c in meta.constraints:
             k = c.name
             row[f"eval_cost_{k}"] = main[f"cost_{k}"]
@@ -429,7 +465,7 @@ def run_metrics(
         row["feasibility"] = main["feasibility"]
         row["feasible"] = main["feasible"]
         row["satisfied"] = main["feasible"]
-        row["score"] = expected_score(main["return"], meta.optimum_return, main["costs"], meta.constraints, tol)
+        row["score"] = expected_score(main["return"], meta.optimum_return, main["costs"], meta.constraints, tol, anchors)
 
         greedy = _eval_block(ev["deterministic"], meta, tol) if "deterministic" in present else None
         row["greedy_return"] = greedy["return"] if greedy else math.nan
@@ -438,7 +474,7 @@ def run_metrics(
         row["greedy_feasibility"] = greedy["feasibility"] if greedy else ""
 
         row["final_return"] = final_performance(train["return"], final_frac)
-        row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return)  # type: ignore[arg-type]
+        row["final_return_norm"] = normalised_return(row["final_return"], meta.optimum_return, anchors)  # type: ignore[arg-type]
         tail_viol = []
         stabilities: list[tuple[float, str]] = []
         unscored: list[tuple[float, str]] = []
@@ -471,7 +507,8 @@ def run_metrics(
                 lam_final.append(float(lam[-1]))
         row["tail_violation"] = max(tail_viol) if tail_viol else 0.0
         row["tail_feasible"] = bool(row["tail_violation"] <= tol)  # type: ignore[operator]
-        row["tail_score"] = constrained_score(row["final_return"], meta.optimum_return, row["tail_violation"], tol)  # type: ignore[arg-type]
+        row["tail_score"] = constrained_score(row["final_return"], meta.optimum_return, row["tail_violation"], tol,  # type: ignore[arg-type]
+                                             anchors)
         if unscored:  # a switch on any constraint: the algorithm's rule is a switch, not a price
             row["stability"], row["stability_class"] = math.nan, unscored[0][1]
         elif stabilities:

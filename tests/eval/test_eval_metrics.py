@@ -36,6 +36,32 @@ def test_normalised_return():
     assert math.isnan(M.normalised_return(1.0, None))
 
 
+def test_return_anchored_by_two_references():
+    # ref-random 2.0, ref-safe-driver 5.0: a return of 5.75 is 1.25 safe drivers above random.
+    assert M.normalised_return(5.75, None, (2.0, 5.0)) == pytest.approx(1.25)
+    assert M.normalised_return(2.0, None, (2.0, 5.0)) == 0.0
+    assert M.normalised_return(0.5, 1.0, (2.0, 5.0)) == pytest.approx(0.5)  # an exact optimum wins
+    # The score of a run within the limits is the anchored return, floored at 0.
+    assert M.constrained_score(5.75, None, 0.0, 0.1, (2.0, 5.0)) == pytest.approx(1.25)
+    assert M.constrained_score(1.0, None, 0.0, 0.1, (2.0, 5.0)) == 0.0
+    assert M.constrained_score(9.0, None, 0.3, 0.1, (2.0, 5.0)) == pytest.approx(-0.3)
+
+
+def test_anchor_returns_are_the_references_mean_sampled_returns():
+    ev = pd.DataFrame({
+        "task": ["H"] * 6 + ["G"],
+        "algo": ["ref-random", "ref-random", "ref-safe", "ref-safe", "ref-safe", "ppo", "ref-random"],
+        "seed": [0, 1, 0, 1, 0, 0, 0],
+        "policy": ["sampled", "sampled", "sampled", "sampled", "deterministic", "sampled", "sampled"],
+        "return_mean": [1.0, 2.0, 5.0, 6.0, 100.0, 7.0, 3.0],
+    })
+    # The deterministic row and the learner are not anchors; G lacks its high reference.
+    out = M.anchor_returns(ev, {"H": ("ref-random", "ref-safe"), "G": ("ref-random", "ref-safe")})
+    assert out == {"H": (1.5, 5.5)}
+    # A high reference no better than the low one gives no unit: the task stays raw.
+    assert M.anchor_returns(ev, {"H": ("ref-safe", "ref-random")}) == {}
+
+
 # ----------------------------------------------------------------------- satisfaction
 
 
