@@ -221,6 +221,8 @@ def _parser() -> argparse.ArgumentParser:
     lb.add_argument("--reevaluate", type=Path, nargs="+", default=[], metavar="RUNS",
                     help="maintainer: evaluate the saved agents of the run folders under RUNS (cgrpo train's) from the "
                     "private first seed, write them under OUT/reevaluated and rank them (user code only under --import)")
+    lb.add_argument("--reevaluate-as", default=None, metavar="NAME",
+                    help="rank the re-evaluated runs (of one algorithm) under NAME, e.g. an algorithm the board holds")
     lb.add_argument("--private-seed", default=None, metavar="N",
                     help="the private first reset seed of --reevaluate (default $CGRPO_PRIVATE_SEED; keep it private)")
     lb.add_argument("--allow-modified-tasks", action="store_true",
@@ -377,6 +379,8 @@ def _check_args(args: argparse.Namespace) -> None:
         for folder in getattr(args, "reevaluate", None) or []:
             if not folder.is_dir():
                 raise CliError(f"--reevaluate {folder} is not a folder; give the folder holding the submitted run folders")
+        if getattr(args, "reevaluate_as", None) is not None and not getattr(args, "reevaluate", None):
+            raise CliError("--reevaluate-as names the runs of --reevaluate; give --reevaluate RUNS too")
         if getattr(args, "reevaluate", None):
             if args.check is not None:
                 raise CliError("--reevaluate ranks the re-evaluated runs; leave out --check")
@@ -918,14 +922,16 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
 
         out_dir = args.out / "reevaluated"
         try:
-            folders = reevaluate_submission(runs, out_dir, private_first_seed(args.private_seed), _trusted_modules(args))
+            folders = reevaluate_submission(runs, out_dir, private_first_seed(args.private_seed), _trusted_modules(args),
+                                            args.reevaluate_as)
         except MaintainerError as err:
             raise CliError(f"--reevaluate {runs}: {err}") from None
         fresh = load_results(out_dir).table
         names = {str(cfg_algo) for cfg_algo in fresh["algo"].unique()}
         taken = sorted(names & set(table["algo"]))
         if taken:
-            raise CliError(f"--reevaluate {runs}: algorithm {taken[0]} is on the board already; submit it under a new name")
+            raise CliError(f"--reevaluate {runs}: algorithm {taken[0]} is on the board already; rank it under another name "
+                           "with --reevaluate-as NAME")
         if evals is None:
             table, tasks = validate_table(pd.concat([table, fresh], ignore_index=True), {**tasks}, source=str(out_dir))
         else:

@@ -55,11 +55,16 @@ def private_first_seed(value: int | str | None = None) -> int:
     return seed
 
 
-def reevaluate_submission(runs: str | Path, out: str | Path, first_seed: int, trusted: Collection[str] = ()) -> list[Path]:
+def reevaluate_submission(runs: str | Path, out: str | Path, first_seed: int, trusted: Collection[str] = (),
+                          name: str | None = None) -> list[Path]:
     """Every complete run folder under ``runs``, evaluated again by the maintainer (module
     docstring) into ``out/<task>/<algo>/seed_<n>/``; returns those folders. A run folder
     without a saved agent, of an algorithm that is neither registered nor trusted, or whose
-    task settings differ from the registered task's is refused before anything is written."""
+    task settings differ from the registered task's is refused before anything is written.
+
+    ``name``: rank the runs under this algorithm name instead of their own (a submission of
+    an algorithm the board already holds, e.g. its own runs re-evaluated on private seeds);
+    the agent is still rebuilt as its run recorded it. Only for runs of one algorithm."""
     from constrained_grpo.eval.evaluation import evaluate_agent
     from constrained_grpo.eval.replay import RenderError, load_saved_agent, run_spec
     from constrained_grpo.eval.runner import _write_eval, environment_versions, git_commit
@@ -69,6 +74,16 @@ def reevaluate_submission(runs: str | Path, out: str | Path, first_seed: int, tr
     found = [p for p in find_runs(runs) if storage.is_complete(p)]
     if not found:
         raise MaintainerError(f"{runs} holds no complete run folder (config.json, done.json and agent/ from cgrpo train)")
+    if name is not None:
+        from constrained_grpo.eval.scoring.loader import ALGO_NAME
+
+        if not ALGO_NAME.fullmatch(name):
+            raise MaintainerError(f"algorithm name {name[:40]!r} has characters a board name cannot have; use letters, "
+                                  "digits and ._:+- (e.g. cgrpo-private)")
+        algos = sorted({run_spec(p).algo for p in found})
+        if len(algos) > 1:
+            raise MaintainerError(f"{runs} holds runs of {len(algos)} algorithms ({', '.join(algos[:3])}); one name "
+                                  "renames one algorithm: re-evaluate each folder on its own")
     agents: list[tuple[Path, Any, Any]] = []
     for path in found:  # everything loads before anything is written
         spec = run_spec(path)
@@ -85,8 +100,12 @@ def reevaluate_submission(runs: str | Path, out: str | Path, first_seed: int, tr
         results, protocol = evaluate_agent(agent, spec.task, None, None, first_seed)
         config = storage.read_json(path / storage.CONFIG_FILE)
         names = [c["name"] for c in config["task"]["constraints"]]
-        dest = out / storage.run_dir("", spec.task, spec.algo, spec.seed)
+        algo = spec.algo if name is None else name
+        dest = out / storage.run_dir("", spec.task, algo, spec.seed)
         dest.mkdir(parents=True, exist_ok=True)
+        if name is not None:  # ranked under the new name; the rebuilt learner stays on record
+            config["algo"] = {**config["algo"], "name": name, "submitted_as": spec.algo}
+            config["run"] = {**config["run"], "algo": name}
         config.setdefault("eval", {})["first_seed"] = first_seed
         config["eval"]["episodes"] = None
         storage.atomic_write_json(dest / storage.CONFIG_FILE, config)

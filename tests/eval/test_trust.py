@@ -588,6 +588,30 @@ def test_submitted_agents_are_re_evaluated_on_the_private_seed_and_ranked(agents
         assert abs(a.mean() - b.mean()) <= 3.29 * se + 1e-12, (a.mean(), b.mean(), se)
 
 
+@pytest.mark.slow
+def test_the_boards_own_runs_re_evaluated_rank_beside_them_under_another_name(agents, tmp_path, capsys):
+    """The board holds cgrpo's public-seed runs; the same agents, re-evaluated on the private
+    seed, are refused under their own name (with the fix) and ranked as ``--reevaluate-as``'s."""
+    import json
+
+    code, text = _cli(capsys, "leaderboard", str(agents), "--reevaluate", str(agents), "--private-seed", str(PRIVATE),
+                      "--out", str(tmp_path / "same"), "--quiet")
+    assert code == 2 and "algorithm cgrpo is on the board already; rank it under another name with --reevaluate-as NAME" in text
+    out = tmp_path / "board"
+    code, text = _cli(capsys, "leaderboard", str(agents), "--reevaluate", str(agents), "--reevaluate-as", "cgrpo-private",
+                      "--private-seed", str(PRIVATE), "--out", str(out), "--quiet")
+    assert code == 0, text
+    runs = pd.read_csv(out / "runs.csv")
+    mine, public = runs[runs["algo"] == "cgrpo-private"], runs[runs["algo"] == "cgrpo"]
+    assert len(mine) == len(public) == 2
+    assert set(mine["evaluated_by"]) == {"maintainer-evaluated"} and set(mine["eval_first_seed"]) == {PRIVATE}
+    assert set(public["eval_first_seed"]) == {1_000_000}
+    # The same trainings: identical training records, other evaluation episodes.
+    assert list(mine["final_return"]) == list(public["final_return"])
+    config = json.loads((out / "reevaluated" / TASK / "cgrpo-private" / "seed_0" / "config.json").read_text())
+    assert config["algo"]["name"] == config["run"]["algo"] == "cgrpo-private" and config["algo"]["submitted_as"] == "cgrpo"
+
+
 @pytest.mark.parametrize("argv,pattern", [
     ([], r"no private first seed: pass --private-seed N or set \$CGRPO_PRIVATE_SEED"),
     (["--private-seed", "1000000"], r"private first seed 1000000 is within 1,000,000 of the public first seed 1,000,000"),
