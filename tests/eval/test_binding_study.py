@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from constrained_grpo.eval.studies.binding import check_binding, side_from_episodes
@@ -140,3 +141,29 @@ def test_the_study_prints_one_json_object_per_task_and_fails_on_a_failing_task(c
     assert report["passed"] and report["limits"] == {"hazard": 0.2, "fuel": 4.4}
     assert main(["Math/ChainSum-v0", "--record", str(RECORD)]) == 1
     assert "does NOT bind" in capsys.readouterr().out
+
+
+def test_the_boards_own_runs_say_whether_its_limits_bind():
+    from constrained_grpo.envs.registration import Binding
+
+    from constrained_grpo.eval.studies.binding import board_binding
+
+    def runs(**verdicts: list[str]) -> pd.DataFrame:
+        return pd.DataFrame([{"algo": a, "feasibility": v} for a, vs in verdicts.items() for v in vs])
+
+    b = Binding(unconstrained=("ppo", "grpo"), keepers=("ref-safe-driver",))
+    # The committed Highway-v1's shape: ppo keeps the limits on 8 of its 10 seeds.
+    binds, text = board_binding(runs(ppo=["violates"] * 2 + ["feasible"] * 8, grpo=["violates"] * 10,
+                                     **{"ref-safe-driver": ["feasible"] * 10}), b)
+    assert binds is False
+    assert text == ("unconstrained ppo breaks a limit on 2/10 seeds, grpo on 10/10; ref-safe-driver keeps every limit on "
+                    "10/10: the limits do not bind for ppo (they need breaking on 9/10 seeds)")
+    # 9 of 10 breaking is enough; an undetermined seed is not breaking.
+    binds, text = board_binding(runs(ppo=["violates"] * 9 + ["undetermined"], **{"ref-safe-driver": ["feasible"] * 10}), b)
+    assert binds is True and text.endswith(": the limits bind")
+    binds, text = board_binding(runs(ppo=["violates"] * 8 + ["undetermined"] * 2), b)
+    assert binds is False and "do not bind for ppo" in text
+    # A keeper with one breaking seed does not show that the limits can be kept.
+    binds, text = board_binding(runs(ppo=["violates"] * 10, **{"ref-safe-driver": ["feasible"] * 9 + ["violates"]}), b)
+    assert binds is False and text.endswith("no keeper keeps every limit on every seed")
+    assert board_binding(runs(cgrpo=["feasible"]), b) == (None, "")
