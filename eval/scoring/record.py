@@ -491,9 +491,11 @@ def load_record(path: str | Path, *, configs: bool = False) -> Record:
 
 
 # --- packing ----------------------------------------------------------------------------
-def pack(sources: Sequence[str | Path], out: str | Path) -> Path:
+def pack(sources: Sequence[str | Path], out: str | Path, *, replace: bool = False) -> Path:
     """Merge the complete runs of ``sources`` (run folders or records) into one record at
-    ``out``; a (task, algo, seed) present in two sources is refused, naming both."""
+    ``out``; a (task, algo, seed) present in two sources is refused, naming both, unless
+    ``replace``: then the later source's run replaces the earlier one's (a re-run of runs
+    recorded under settings that changed)."""
     from constrained_grpo.eval.scoring.loader import _finish, algo_properties, find_runs, load_results
     from constrained_grpo.eval.scoring.metrics import concat_summaries, eval_summaries
 
@@ -514,10 +516,18 @@ def pack(sources: Sequence[str | Path], out: str | Path) -> Path:
                     cfg = storage.read_json(run / storage.CONFIG_FILE)
                     key = (str(cfg["run"]["task"]), str(cfg["run"]["algo"]), int(cfg["run"]["seed"]))
                     src_configs[key] = (cfg, storage.read_json(run / storage.DONE_FILE))
-        for key in src_configs:
-            if key in origin:
-                raise ValueError(f"{key[0]}/{key[1]}/seed_{key[2]} is in both {origin[key]} and {source}; pack each run once")
-            origin[key] = source
+        clash = sorted(key for key in src_configs if key in origin)
+        if clash and not replace:
+            key = clash[0]
+            raise ValueError(f"{key[0]}/{key[1]}/seed_{key[2]} is in both {origin[key]} and {source}; pack each run once "
+                             "(or --replace: the later source's run wins)")
+        if clash:  # the earlier sources' copies of these runs leave every frame
+            drop = pd.MultiIndex.from_tuples(clash, names=["task", "algo", "seed"])
+            keep = [~pd.MultiIndex.from_arrays([f["task"], f["algo"], f["seed"].astype(int)]).isin(drop) for f in tables]
+            tables = [f[k] for f, k in zip(tables, keep)]
+            summaries = [f[~pd.MultiIndex.from_arrays([f["task"], f["algo"], f["seed"].astype(int)]).isin(drop)]
+                         for f in summaries]
+        origin.update({key: source for key in src_configs})
         for task, meta in src_tasks.items():
             if tasks.setdefault(task, meta) != meta:
                 raise ValueError(f"{source}: {task} has other constraints or optimum than the runs packed with it")
@@ -538,9 +548,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = sub.add_parser("pack", help="pack run folders and records into one record")
     p.add_argument("sources", nargs="+", type=Path)
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--replace", action="store_true",
+                   help="a run in several sources: keep the last source's (re-runs replace earlier recordings)")
     args = parser.parse_args(argv)
     try:
-        manifest = pack(args.sources, args.out)
+        manifest = pack(args.sources, args.out, replace=args.replace)
     except ValueError as err:
         print(f"error: {err}")
         return 1

@@ -80,6 +80,30 @@ def test_records_merge_and_refuse_a_run_packed_twice(toy_results: Path, packed: 
     pd.testing.assert_frame_equal(load_results(tmp_path / "merged").table, load_results(packed).table, check_exact=True)
 
 
+@pytest.mark.slow
+def test_a_re_run_replaces_its_recorded_run_under_replace(toy_results: Path, packed: Path, tmp_path: Path) -> None:
+    """One run re-run (its first training return changed): refused without ``replace``; with
+    it, the merge holds the re-run's rows in place of the recorded run's, and the others as recorded."""
+    run = sorted((toy_results / "Grid" / "HazardFuel3x3-v0").glob("*/seed_0"))[0]
+    algo = json.loads((run / "config.json").read_text())["run"]["algo"]
+    rerun = tmp_path / "rerun" / "Grid" / "HazardFuel3x3-v0" / run.parent.name / "seed_0"
+    shutil.copytree(run, rerun)
+    progress = pd.read_csv(rerun / "progress.csv")
+    new_return = 0.5 if progress.loc[0, "return"] != 0.5 else 0.25
+    progress.loc[0, "return"] = new_return
+    progress.to_csv(rerun / "progress.csv", index=False)
+    with pytest.raises(ValueError, match=r"pack each run once \(or --replace"):
+        record.pack([packed, tmp_path / "rerun"], tmp_path / "refused")
+    record.pack([packed, tmp_path / "rerun"], tmp_path / "replaced", replace=True)
+    before, after = load_results(packed).table, load_results(tmp_path / "replaced").table
+    key = ["task", "algo", "seed", "kind", "policy", "iteration", "episode"]
+    assert len(after) == len(before)
+    mine = (after["algo"] == algo) & (after["seed"] == 0) & (after["kind"] == "train")
+    assert after.loc[mine].sort_values("iteration")["return"].iloc[0] == new_return
+    others = lambda t: t[~((t["algo"] == algo) & (t["seed"] == 0))].sort_values(key).reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(others(after), others(before), check_exact=True)
+
+
 def _copy(packed: Path, tmp_path: Path) -> tuple[Path, Path]:
     dest = tmp_path / "rec"
     shutil.copytree(packed, dest)
