@@ -836,6 +836,15 @@ def _algo_properties(path: Path) -> dict[str, dict[str, Any]]:
     return {} if path.is_file() else algo_properties(path)
 
 
+def _deployments(path: Path) -> dict[tuple[str, str, int], tuple[str, str]]:
+    """Per run under ``path`` (a compact record or run folders), the learner it trained and the
+    rule it deploys (``loader.run_deployment`` of its ``config.json``); none for a CSV long table,
+    which records no config: every algorithm is then its own learner, on its last iterate."""
+    from constrained_grpo.eval.scoring.loader import run_configs, run_deployment
+
+    return {} if path.is_file() else {key: run_deployment(cfg) for key, cfg in run_configs(path).items()}
+
+
 def _remove_stale_tables(out: Path, written: Sequence[Path], source: Path) -> None:
     """The long tables an earlier ``--table`` wrote beside a board (``results.csv``, or a
     record's ``train.csv`` and ``evals.csv``) that this build did not write: they would
@@ -869,13 +878,15 @@ def _with_submissions(files: Sequence[Path], table: Any, tasks: dict[str, Any], 
     return table, tasks, evals, added
 
 
-def _focus_names(args: argparse.Namespace, algos: set[str], tasks: set[str]) -> None:
-    """``--algos``, ``--tasks`` and ``--highlight`` name what the board holds (one line otherwise)."""
+def _focus_names(args: argparse.Namespace, algos: set[str], tasks: set[str],
+                 deployed: dict[str, tuple[str, str]] | None = None) -> None:
+    """``--algos``, ``--tasks`` and ``--highlight`` name what the board holds (one line otherwise);
+    ``deployed``: the algorithm names of runs deploying another rule, with their (learner, rule)."""
     from constrained_grpo.eval.scoring.focus import check_names
 
     try:
-        check_names("--algos", args.algos, algos)
-        check_names("--highlight", [args.highlight] if args.highlight is not None else None, algos)
+        check_names("--algos", args.algos, algos, deployed)
+        check_names("--highlight", [args.highlight] if args.highlight is not None else None, algos, deployed)
         check_names("--tasks", args.tasks, tasks)
     except ValueError as err:
         raise CliError(str(err)) from None
@@ -941,11 +952,17 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
         maintainer |= names
         print(f"re-evaluated {len(folders)} run(s) of {sorted(names)} into {out_dir}", file=sys.stderr)
     table, tasks, evals, added = _with_submissions(args.add, table, tasks, evals, props)
+    # The board's runs only: a submitted or re-evaluated algorithm is its own learner, on its last iterate.
+    deployments = _deployments(args.dir)
     lb = build_leaderboard(table, tasks, tol=DEFAULT_TOL if args.tol is None else args.tol, evals=evals,
                            lambda_in_reward_units={a: p["lambda_in_reward_units"] for a, p in props.items()},
                            lambda_max={a: p["lambda_max"] for a, p in props.items() if p["lambda_max"] is not None},
-                           references=[a for a, p in props.items() if p.get("reference")], unpaired=maintainer)
-    _focus_names(args, set(lb.runs["algo"].astype(str)), set(lb.runs["task"].astype(str)))
+                           references=[a for a, p in props.items() if p.get("reference")], unpaired=maintainer,
+                           deployments=deployments)
+    shown = lb.runs[lb.runs["deploy"] == "last"]  # what the tables' rows name: learners and references
+    other = lb.runs[lb.runs["deploy"] != "last"]
+    _focus_names(args, set(shown["learner"].astype(str)), set(lb.runs["task"].astype(str)),
+                 dict(zip(other["algo"].astype(str), zip(other["learner"].astype(str), other["deploy"].astype(str)))))
     lb = replace(lb, highlight=args.highlight)  # the page draws it apart; the files hold the whole board
     refused = {t: r for t, r in lb.not_ranked.items() if (added | maintainer) & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:

@@ -137,6 +137,11 @@ def _r(x: float, digits: int = 6) -> float:
     return round(float(x), digits) if math.isfinite(x) else math.nan
 
 
+def _p(p: float) -> float:
+    # A p-value keeps its significant digits: 2^-20 is not 1e-06.
+    return float(f"{p:.6g}")
+
+
 def deployment_table(runs: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """Per task, learner and rule other than ``last``: the paired gain in score over the
     learner's own last iterate and the seeds moved into and out of the limits (module
@@ -170,7 +175,7 @@ def deployment_table(runs: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
             out.append({"task": task, "learner": learner, "deploy": rule, "seeds": len(seeds), "gain_mean": _r(mean),
                         "gain_lo": _r(lo), "gain_hi": _r(hi), "gain": gain, "feasible_last": int(f_last.sum()),
                         "feasible_deploy": int(f_rule.sum()), "moved_in": moved_in, "moved_out": moved_out,
-                        "limits_p": _r(p), "limits": limits})
+                        "limits_p": _p(p), "limits": limits})
     return pd.DataFrame(out, columns=list(DEPLOYMENT_COLUMNS))
 
 
@@ -205,7 +210,7 @@ def suite_deployment_table(runs: pd.DataFrame, suite: list[str], alpha: float = 
                     "gain_mean": _r(mean), "gain_lo": _r(lo), "gain_hi": _r(hi),
                     "gain": "gain" if lo > 0 else "loss" if hi < 0 else "not shown",
                     "feasible_last": int(g["feasible_last"].sum()), "feasible_deploy": int(g["feasible_deploy"].sum()),
-                    "moved_in": moved_in, "moved_out": moved_out, "limits_p": _r(p),
+                    "moved_in": moved_in, "moved_out": moved_out, "limits_p": _p(p),
                     "limits": ("into" if moved_in > moved_out else "out of") if p < alpha else "no change shown"})
     return pd.DataFrame(out, columns=list(DEPLOYMENT_COLUMNS))
 

@@ -17,7 +17,9 @@ allows: the leaderboard's 95% bootstrap interval over seeds of the paired differ
 A learner whose dual ascent swings its policy across a limit is then not read as one that
 settles on the wrong side of it. The other direction (a final policy better than its
 training tail) is ordinary progress and not flagged. "highest return" marks the ranked
-algorithm(s) with the largest ``R``.
+algorithm(s) with the largest ``R``. Each learner speaks once, of its last iterate; a run that
+deploys its trainings by another rule (an alias such as cgrpo-best) gets a sentence of the
+learner's from the deployment table (:func:`deployment_sentence`), never one of its own.
 
 >>> print(explain_sentence("ppo", {"return": 1.5, "seeds": 5, "feasible": 0, "broken": {"hazard": 5},
 ...       "cost": {"hazard": 0.62}, "over": {"hazard": 0.62}}, _meta_for_doc(), highest=True))
@@ -37,7 +39,8 @@ from constrained_grpo.eval.scoring import stats
 from constrained_grpo.eval.scoring.leaderboard import Leaderboard
 from constrained_grpo.schema import TaskMeta
 
-__all__ = ["algo_summary", "explain", "explain_sentence", "explain_task", "rank_groups", "task_summary"]
+__all__ = ["algo_summary", "deployment_sentence", "explain", "explain_sentence", "explain_task", "rank_groups",
+           "task_summary"]
 
 
 def _g(x: float) -> str:
@@ -148,9 +151,35 @@ def explain_sentence(algo: str, summary: Mapping[str, Any], meta: TaskMeta, *, h
     return f"{name}: {head}; {kept}{'; '.join(parts)}."
 
 
+def deployment_sentence(r: Mapping[str, Any]) -> str:
+    """One sentence for a row of the deployment table (``Leaderboard.deployments``): the rule's
+    paired gain in score over the learner's last iterate with its 95% interval (no gain claimed
+    where it contains 0) and the seeds within the limits under each, with McNemar's verdict.
+
+    >>> print(deployment_sentence({"learner": "a", "deploy": "best-feasible", "algo": "a-best", "seeds": 10,
+    ...     "gain_mean": 2.1, "gain_lo": 0.45, "gain_hi": 3.8, "gain": "gain", "feasible_last": 3,
+    ...     "feasible_deploy": 10, "moved_in": 7, "moved_out": 0, "limits_p": 0.015625, "limits": "into"}))
+    a: deployed by best-feasible (the runs a-best, not ranked), against its last iterate paired over 10 seeds: gains 2.1 [0.45, 3.8] in score; within the limits on 3/10 seeds, then 10/10 (7 moved in, 0 out: into the limits, McNemar p = 0.016).
+    """
+    n = int(r["seeds"])
+    interval = f"[{_g(float(r['gain_lo']))}, {_g(float(r['gain_hi']))}]"
+    gain = {"gain": f"gains {_g(float(r['gain_mean']))} {interval} in score",
+            "loss": f"loses {_g(-float(r['gain_mean']))} in score (gain {_g(float(r['gain_mean']))} {interval})",
+            "not shown": f"no gain or loss in score shown (95% interval {interval})"}.get(str(r["gain"]), "too few seeds to compare")
+    verdict = {"into": "into the limits", "out of": "out of the limits"}.get(str(r["limits"]), "no change shown")
+    runs = f"the runs {r['algo']}, not ranked" if r.get("algo") and r["algo"] != r["learner"] else "not ranked"
+    return (f"{r['learner']}: deployed by {r['deploy']} ({runs}), against its last iterate paired over {n} seeds: {gain}; "
+            f"within the limits on {int(r['feasible_last'])}/{n} seeds, then {int(r['feasible_deploy'])}/{n} "
+            f"({int(r['moved_in'])} moved in, {int(r['moved_out'])} out: {verdict}, McNemar p = {float(r['limits_p']):.2g}).")
+
+
 def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
-    """The sentences of one task: ranked algorithms in rank order, then the reference policies."""
+    """The sentences of one task: ranked algorithms in rank order, their deployments by another
+    rule (:func:`deployment_sentence`), then the reference policies."""
     runs = lb.runs[lb.runs["task"] == meta.task]
+    if "deploy" in runs:  # each learner once, on its last iterate; another rule's runs are its deployments
+        runs = runs[runs["deploy"] == "last"]
+        runs = runs.assign(algo=runs["learner"])
     if runs.empty:
         return []
     is_ref = runs["reference"].astype(bool) if "reference" in runs else pd.Series(False, index=runs.index)
@@ -170,6 +199,9 @@ def explain_task(lb: Leaderboard, meta: TaskMeta) -> list[str]:
     best = max((s["return"] for s in summaries.values() if math.isfinite(s["return"])), default=math.nan)
     lines = [explain_sentence(a, s, meta, highest=len(summaries) > 1 and math.isclose(s["return"], best, rel_tol=0, abs_tol=1e-9))
              for a, s in summaries.items()]
+    deployed = getattr(lb, "deployments", None)
+    if deployed is not None and len(deployed):
+        lines += [deployment_sentence(r) for r in deployed[deployed["scope"] == meta.task].to_dict("records")]
     for a in sorted(refs["algo"].unique()):
         lines.append(explain_sentence(a, algo_summary(refs[refs["algo"] == a], meta), meta, reference=True))
     return lines

@@ -25,6 +25,11 @@ Rules (docs/benchmark.md, "Ranking"):
 * **Seeds within.** The share of seeds whose final policy keeps every limit up to the
   tolerance, with its exact Clopper-Pearson interval, beside those within d itself; "feasible?
   yes" needs P(feasible) >= 0.95 and no seed whose own verdict breaks a limit.
+* **Each learner once, on its last iterate.** A run that deploys another rule (``deploy``:
+  best-feasible, tail-mixture; an alias such as cgrpo-best) is a second deployment of one of a
+  learner's trainings, not an independent sample: it is in no rank, pair test or aggregate, and
+  a deployment table under its task (and its suite's aggregate) compares it with the learner's
+  last iterate, paired by seed (``eval.scoring.deployment``).
 * **Comparable or not ranked.** Runs of a task are ranked together only when they share
   the evaluation protocol (policies, episodes, reset seeds) and the budget (final env
   steps within a factor ``BUDGET_RATIO``); the loader already refuses runs whose limits
@@ -43,7 +48,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -52,6 +57,8 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import ranking, stats
+from constrained_grpo.eval.scoring.deployment import (DEPLOYMENT_COLUMNS, deployment_table, last_iterate_runs,
+                                                      suite_deployment_table)
 from constrained_grpo.eval import storage
 from constrained_grpo.files import atomic_write_many
 from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
@@ -63,6 +70,7 @@ from constrained_grpo.schema import TaskMeta
 __all__ = [
     "BUDGET_RATIO",
     "DEFAULT_TOL",
+    "DEPLOYMENTS_COLUMNS",
     "Leaderboard",
     "SIGNIFICANT_DIGITS",
     "Section",
@@ -87,6 +95,8 @@ BUDGET_RATIO = 1.25
 SIGNIFICANT_DIGITS = 10
 #: Stability classes from best to worst (``constrained_grpo.eval.scoring.stability``).
 _CLASS_ORDER = VERDICTS
+#: The columns of ``deployments.csv`` (:attr:`Leaderboard.deployments`).
+DEPLOYMENTS_COLUMNS: tuple[str, ...] = ("scope", "learner", "deploy", "algo", *DEPLOYMENT_COLUMNS[3:])
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,8 @@ class Section:
     notes: tuple[str, ...]
     header: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
+    #: Tables printed under this one, each with its own title (a task's deployment table).
+    parts: tuple["Section", ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,6 +125,9 @@ class Leaderboard:
         tasks: the metadata of every task shown.
         tol: the feasibility tolerance the verdicts used.
         highlight: the algorithm a reader singled out (``--highlight``), drawn apart; None for none.
+        deployments: the deployment tables (``deployment.DEPLOYMENT_COLUMNS`` with ``scope``, the
+            task id or ``suite:NAME``, for ``task``, and ``algo``, the name the rule's runs carry):
+            per learner and rule other than ``last``, the paired comparison with its last iterate.
     """
 
     runs: pd.DataFrame
@@ -125,6 +140,7 @@ class Leaderboard:
     tasks: dict[str, TaskMeta] = field(default_factory=dict)
     tol: float = TOL
     highlight: str | None = None
+    deployments: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(DEPLOYMENTS_COLUMNS)))
 
     @property
     def pairs(self) -> pd.DataFrame:
@@ -608,6 +624,54 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     return Section(f"Task {task}", tuple(notes), tuple(header), tuple(rows))
 
 
+# ---------------------------------------------------------------------------- deployments
+
+
+#: The deployment table's one-line note (under a task's ranked table, or a suite's aggregate).
+DEPLOYMENT_NOTE = ("Not ranked: deployments of a ranked learner's own trainings by another rule (its runs in brackets), "
+                   "each compared with the learner's last iterate paired by seed (gain in score: 95% t interval; seeds "
+                   "moved into or out of the limits: McNemar's exact test at 5%).")
+#: The same over a suite: how the tasks' gains and seeds are pooled.
+DEPLOYMENT_SUITE_NOTE = ("Over the aggregate's tasks: the mean of the tasks' mean gains with an interval stratified by "
+                         "task; the seeds moved pooled over the suite's runs.")
+
+#: What McNemar's verdict reads as in a cell.
+_LIMITS_TEXT = {"into": "into the limits", "out of": "out of the limits", "no change shown": "no change shown"}
+
+
+def _deployment_frame(table: pd.DataFrame, runs: pd.DataFrame, scope: str) -> pd.DataFrame:
+    """``deployment_table``'s rows under ``scope`` (the task id or ``suite:NAME``) with ``algo``:
+    the algorithm name(s) the rule's runs carry in ``runs`` (``cgrpo-best``)."""
+    names = {key: ", ".join(sorted({str(a) for a in g["algo"]})) for key, g in runs.groupby(["learner", "deploy"], sort=True)}
+    out = table.assign(scope=scope, algo=[names.get((str(learner), str(rule)), "")
+                                          for learner, rule in zip(table["learner"], table["deploy"])])
+    return out[list(DEPLOYMENTS_COLUMNS)].reset_index(drop=True)
+
+
+def _gain_cell(r: Mapping[str, object]) -> str:
+    """``mean [lo, hi]`` where the interval excludes 0, ``not shown [lo, hi]`` where it contains it."""
+    if r["gain"] == "too few seeds":
+        return f"too few seeds (n={int(r['seeds'])})"
+    interval = f"[{_num(float(r['gain_lo']))}, {_num(float(r['gain_hi']))}]"
+    return f"{_num(float(r['gain_mean']))} {interval}" if r["gain"] in ("gain", "loss") else f"not shown {interval}"
+
+
+def _deployment_section(title: str, df: pd.DataFrame, suite: bool = False) -> Section:
+    """The deployment table (:attr:`Leaderboard.deployments`' rows of one scope) as a section."""
+    header = ("learner", "rule (runs)", "paired seeds", "gain in score [95% CI]", "limits kept, last → rule",
+              "moved in / out", "McNemar's test")
+    rows = []
+    for r in df.to_dict("records"):
+        n = int(r["seeds"])
+        rule = f"{r['deploy']} ({r['algo']})" if r["algo"] and r["algo"] != r["learner"] else str(r["deploy"])
+        rows.append((str(r["learner"]), rule, str(n), _gain_cell(r),
+                     f"{int(r['feasible_last'])}/{n} → {int(r['feasible_deploy'])}/{n}",
+                     f"{int(r['moved_in'])} in, {int(r['moved_out'])} out",
+                     f"{_LIMITS_TEXT[str(r['limits'])]} (p = {float(r['limits_p']):.2g})"))
+    notes = (DEPLOYMENT_NOTE,) + ((DEPLOYMENT_SUITE_NOTE,) if suite else ())
+    return Section(title, notes, header, tuple(rows))
+
+
 # ---------------------------------------------------------------------------- per suite
 
 
@@ -666,14 +730,18 @@ def _ranked_attrs(result: ranking.Ranking) -> dict[str, object]:
 
 
 def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Mapping[str, TaskMeta],
-                    not_ranked: Mapping[str, Sequence[str]], reps: int, seed: int) -> tuple[list[Section], pd.DataFrame | None]:
+                    not_ranked: Mapping[str, Sequence[str]], reps: int, seed: int, deploy_runs: pd.DataFrame | None = None,
+                    ) -> tuple[list[Section], pd.DataFrame | None, pd.DataFrame | None]:
+    """The suite's aggregate and probability-of-improvement sections, its aggregate frame and
+    its deployment table (over the same tasks, :func:`deployment.suite_deployment_table`; None
+    where no learner has another deployment on every one of them)."""
     suite_tasks = sorted(runs.loc[runs["suite"] == suite, "task"].unique())
     with_opt = [t for t in suite_tasks if tasks[t].optimum_return is not None and t not in not_ranked]
     left = [t for t in suite_tasks if t not in with_opt]
     if not with_opt:
         return [Section(f"Suite {suite}: aggregate", (
             "No ranked task of this suite has an exact optimum, so scores cannot be normalised across tasks; "
-            "see the per-task tables.",), (), ())], None
+            "see the per-task tables.",), (), ())], None, None
     df = _overall(runs, per_task, with_opt, reps, seed)
     header = ("rank [L, U]", "group", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
               "mean task rank", "avg-iterate feasible runs", "not separated from")
@@ -693,7 +761,14 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
     partial = sorted(a for a in df["algo"] if int(df.set_index("algo").loc[a, "tasks"]) < len(with_opt))
     if partial:
         notes.append("Not ranked in the aggregate (did not run every task): " + ", ".join(partial) + ".")
-    sections = [Section(f"Suite {suite}: aggregate", tuple(notes), header, tuple(rows))]
+    dep = None
+    mine = deploy_runs[deploy_runs["task"].isin(with_opt)] if deploy_runs is not None else None
+    # Over one task the suite's table would repeat the task's.
+    if mine is not None and len(with_opt) > 1 and (mine["deploy"] != "last").any():
+        table = suite_deployment_table(mine, with_opt)
+        dep = _deployment_frame(table, mine, f"suite:{suite}") if len(table) else None
+    parts = (_deployment_section(f"Deployments over suite {suite}", dep, suite=True),) if dep is not None else ()
+    sections = [Section(f"Suite {suite}: aggregate", tuple(notes), header, tuple(rows), parts)]
 
     order = [a for a in df["algo"] if int(df.set_index("algo").loc[a, "tasks"]) == len(with_opt)]
     if len(order) >= 2:
@@ -717,7 +792,7 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
         note = "P(row > column) of the constraint-aware score, averaged over tasks"
         note += " (no intervals: fewer than 5 seeds per task)." if min_n < stats.MIN_SEEDS_FOR_CI else ", with 95% CI (rliable)."
         sections.append(Section(f"Suite {suite}: probability of improvement", (note,), ("algo", *order), tuple(poi_rows)))
-    return sections, df
+    return sections, df, dep
 
 
 # --------------------------------------------------------------------------------- build
@@ -735,6 +810,7 @@ def build_leaderboard(
     references: Collection[str] = (),
     evals: pd.DataFrame | None = None,
     unpaired: Collection[str] = (),
+    deployments: Mapping[tuple[str, str, int], tuple[str, str]] | None = None,
 ) -> Leaderboard:
     """Metrics, shared rankings and the page's sections from a long table (``evals``: its
     runs' evaluation summaries when it holds only train rows, as a compact record does).
@@ -743,17 +819,37 @@ def build_leaderboard(
     ``loader.algo_properties``) enable the distance to lambda* and the "at bound" class.
     ``references`` name reference policies (``constrained_grpo.references``): their rows are
     shown under each task without a rank, and they take part in no comparison. ``unpaired``:
-    algorithms evaluated from a first reset seed of their own (``comparability``)."""
+    algorithms evaluated from a first reset seed of their own (``comparability``).
+    ``deployments``: per run ``(task, algo, seed)``, the learner it trained and the rule it
+    deploys (``loader.run_deployment`` of its ``config.json``); a run not in it is its own
+    learner on its last iterate. Each learner is ranked once per task, on its last iterate
+    (``deployment.last_iterate_runs``); a run deploying another rule is a second deployment of
+    one of its trainings: it is in no rank, pair test or aggregate, only in the deployment
+    table under its task (``deployment.deployment_table``, paired by seed with the learner's
+    last iterate) and its suite's (``deployment.suite_deployment_table``)."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
     runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max,
                        evals=evals)
     runs.insert(4, "reference", runs["algo"].isin(set(references)))
-    ref_runs, runs_ranked = runs[runs["reference"]], runs[~runs["reference"]]
-    reasons_by_task = comparability(runs_ranked, unpaired)
+    deployed = [(deployments or {}).get((str(t), str(a), int(s)), (str(a), "last"))
+                for t, a, s in zip(runs["task"], runs["algo"], runs["seed"])]
+    runs.insert(5, "learner", [d[0] for d in deployed])
+    runs.insert(6, "deploy", [d[1] for d in deployed])
+    ref_runs, learner_runs = runs[runs["reference"]], runs[~runs["reference"]]
+    other_rule = learner_runs[learner_runs["deploy"] != "last"]
+    runs_ranked = last_iterate_runs(learner_runs)
+    # Deployments are evaluated like the runs they are compared with: one protocol per task.
+    reasons_by_task = comparability(learner_runs, unpaired)
+    # The deployment tables' input: every learner run of a task that is ranked, its score and verdict.
+    deploy_runs = learner_runs[~learner_runs["task"].isin(set(reasons_by_task))].assign(
+        feasible=lambda r: r["feasibility"] == "feasible")
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
-        + (f" and {ref_runs['algo'].nunique()} reference policies." if len(ref_runs) else "."),
+        + (f" and {ref_runs['algo'].nunique()} reference policies" if len(ref_runs) else "")
+        + (f"; {len(other_rule)} of the runs ({', '.join(sorted(other_rule['algo'].astype(str).unique()))}) deploy a ranked "
+           "learner's trainings by another rule: not ranked, compared with its last iterate in the deployment tables."
+           if len(other_rule) else "."),
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "
         "algorithm of a task, sampling its actions (the primary evaluation); its greedy (mode) policy and the "
         "average iterate (the last 20% of training iterations) are reported beside it.",
@@ -788,6 +884,7 @@ def build_leaderboard(
     sections: list[Section] = []
     per_task: dict[str, pd.DataFrame] = {}
     ref_tables: dict[str, pd.DataFrame] = {}
+    deployment_frames: list[pd.DataFrame] = []
     for task in sorted(runs["task"].unique()):
         meta = tasks[task]
         reasons = reasons_by_task.get(task, ())
@@ -799,15 +896,25 @@ def build_leaderboard(
         ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False) if len(refs) else None
         if ref_df is not None:
             ref_tables[task] = ref_df
-        sections.append(_task_section(task, df, meta, reasons, tol, ref_df, ranked))
+        section = _task_section(task, df, meta, reasons, tol, ref_df, ranked)
+        mine = deploy_runs[deploy_runs["task"] == task]
+        if (mine["deploy"] != "last").any():
+            dep = _deployment_frame(deployment_table(mine), mine, task)
+            deployment_frames.append(dep)
+            section = replace(section, parts=(_deployment_section(f"Deployments on {task}", dep),))
+        sections.append(section)
     overall: dict[str, pd.DataFrame] = {}
     for suite in sorted(runs_ranked["suite"].unique()):
-        secs, df = _suite_sections(suite, runs_ranked, per_task, tasks, reasons_by_task, reps, seed)
+        secs, df, dep = _suite_sections(suite, runs_ranked, per_task, tasks, reasons_by_task, reps, seed, deploy_runs)
         sections += secs
         if df is not None:
             overall[suite] = df
+        if dep is not None:
+            deployment_frames.append(dep)
+    deployments_df = (pd.concat(deployment_frames, ignore_index=True) if deployment_frames
+                      else pd.DataFrame(columns=list(DEPLOYMENTS_COLUMNS)))
     return Leaderboard(runs, tuple(sections), per_task, overall, preamble, dict(reasons_by_task), ref_tables,
-                       {t: tasks[t] for t in sorted(runs["task"].unique())}, float(tol))
+                       {t: tasks[t] for t in sorted(runs["task"].unique())}, float(tol), deployments=deployments_df)
 
 
 # ------------------------------------------------------------------------------- render
@@ -842,14 +949,15 @@ def render_markdown(lb: Leaderboard) -> str:
     lines += [f"- {_md_cell(p)}" for p in lb.preamble]
     lines.append("")
     for s in lb.sections:
-        lines += [f"## {_md_cell(s.title)}", ""]
-        for note in s.notes:
-            lines += [_md_cell(note), ""]
-        if s.header:
-            lines.append("| " + " | ".join(_md_cell(h) for h in s.header) + " |")
-            lines.append("|" + "|".join("---" for _ in s.header) + "|")
-            lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in s.rows]
-            lines.append("")
+        for level, part in ((2, s), *((3, p) for p in s.parts)):
+            lines += ["#" * level + f" {_md_cell(part.title)}", ""]
+            for note in part.notes:
+                lines += [_md_cell(note), ""]
+            if part.header:
+                lines.append("| " + " | ".join(_md_cell(h) for h in part.header) + " |")
+                lines.append("|" + "|".join("---" for _ in part.header) + "|")
+                lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in part.rows]
+                lines.append("")
     return "\n".join(lines)
 
 
@@ -901,6 +1009,17 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("cost tracking", "mean |J_t - d|/d over the second half of training while the constraint is active"),
     ("‖λ-λ*‖", "distance of the final multipliers to the LP's optimal duals (algorithms whose λ is in reward units)"),
     ("mean task rank", "mean over tasks of the fractional rank of the per-task mean score"),
+    ("learner", "the ranked learner whose trainings the row deploys by another rule"),
+    ("rule (runs)", "the deployment rule (constrained_grpo/deploy.py) and, in brackets, the algorithm name its runs "
+     "carry (an alias such as cgrpo-best)"),
+    ("paired seeds", "seeds with both deployments of one training: the rule's and the last iterate"),
+    ("gain in score", "score(rule) - score(last iterate) paired by seed: mean [95% t interval]; 'not shown [lo, hi]' "
+     "where the interval contains 0"),
+    ("limits kept, last → rule", "paired seeds within the limits (the verdict, up to the tolerance) deploying the last "
+     "iterate, then the rule"),
+    ("moved in / out", "seeds the rule moves into the limits (last iterate not within, rule within) and out of them"),
+    ("McNemar's test", "McNemar's exact test on the seeds moved (two-sided binomial at 1/2, 5%): into or out of the "
+     "limits where it rejects, else no change shown; its p-value"),
     ("not separated from", "algorithms the permutation test of Welch's t (Holm-corrected) does not separate from this one"),
 )
 
@@ -943,13 +1062,15 @@ def _rounded_csv(df: pd.DataFrame) -> str:
 def write_leaderboard(lb: Leaderboard, out: str | Path, *, table: pd.DataFrame | None = None,
                       evals: pd.DataFrame | None = None) -> list[Path]:
     """Write ``leaderboard.md``, ``leaderboard.html``, ``runs.csv`` (per-run metrics),
-    ``pairs.csv`` (every pair test, :attr:`Leaderboard.pairs`) and, when ``table`` is given,
+    ``pairs.csv`` (every pair test, :attr:`Leaderboard.pairs`), ``deployments.csv`` (the
+    deployment tables, :attr:`Leaderboard.deployments`) and, when ``table`` is given,
     ``results.csv`` (the long table, a valid submission); with ``evals`` (``table`` holds
     only train rows: a compact record), ``train.csv`` and ``evals.csv`` (the evaluation
     summaries) instead."""
     out = Path(out)
     files = {out / "leaderboard.md": render_markdown(lb), out / "leaderboard.html": render_html(lb),
-             out / "runs.csv": _rounded_csv(lb.runs), out / "pairs.csv": _rounded_csv(lb.pairs)}
+             out / "runs.csv": _rounded_csv(lb.runs), out / "pairs.csv": _rounded_csv(lb.pairs),
+             out / "deployments.csv": _rounded_csv(lb.deployments)}
     if table is not None:
         if evals is None:
             files[out / "results.csv"] = _rounded_csv(table)

@@ -1001,12 +1001,14 @@ def algo_properties(root: str | Path) -> dict[str, dict[str, Any]]:
 
 def run_deployment(config: Mapping[str, Any]) -> tuple[str, str]:
     """``(learner, deploy)`` of a run from its ``config.json``: the learning algorithm it
-    trained (an alias such as ``cgrpo-best`` names ``algo.alias_of``) and the deployment rule
+    trained (an alias such as ``cgrpo-best`` names ``algo.alias_of``; any other run is its own
+    learner, under ``run.algo``, the name the long table gives it) and the deployment rule
     (``algo.resolved.config.deploy``; ``final_policy`` in runs recorded before the option had
     that name; ``last`` where the learner has none). Runs recorded before aliases were recorded
     name the alias's learner through the rule their ``algo.defaults`` set."""
     algo = config.get("algo") if isinstance(config.get("algo"), Mapping) else {}
-    name = str(algo.get("name", ""))
+    run = config.get("run") if isinstance(config.get("run"), Mapping) else {}
+    name = str(run.get("algo", algo.get("name", "")))
     resolved = algo.get("resolved") if isinstance(algo.get("resolved"), Mapping) else {}
     cfg = resolved.get("config") if isinstance(resolved.get("config"), Mapping) else {}
     deploy = str(cfg.get("deploy", cfg.get("final_policy", "last")))

@@ -6,9 +6,10 @@ a small figure (:func:`task_figure`: normalised return against worst violation, 
 algorithm's mean over seeds with its 95% bootstrap interval on both axes, the tolerance and
 R* drawn, references marked) beside a compact table (rank with its interval, group letters,
 algorithm, the per-seed verdict counts, score, normalised return and worst violation with
-intervals), then, one
-click away in ``<details>``, the task's notes and full table; the formulas and the glossary
-close the page. One notion of feasibility in the main view: the per-seed verdict of
+intervals) and, where runs deploy a ranked learner's trainings by another rule, the task's
+deployment table (not ranked: each rule against the learner's last iterate, paired by seed),
+then, one click away in ``<details>``, the task's notes and full table; the formulas and the
+glossary close the page. One notion of feasibility in the main view: the per-seed verdict of
 ``constrained_grpo.eval.scoring.verdict`` (within / undecided / breaks); the others are in
 the details, each with one sentence on how it differs. Every header has a tooltip (its
 glossary entry); a click on a header sorts the table (the page's one script; without it the
@@ -300,7 +301,8 @@ def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]], tip
     """A full table as data for the template: header, tooltips, rows (class and cells; the
     ``--highlight`` algorithm's rows also ``highlight``)."""
     cols = [i for i, h in enumerate(header) if h.startswith("seeds within d(") or h == "undetermined seeds"]
-    algo_col = list(header).index("algo") if "algo" in header else None
+    # A deployment table's rows belong to their learner.
+    algo_col = next((list(header).index(h) for h in ("algo", "learner") if h in header), None)
     out = []
     for row in rows:
         # Grey only where every seed breaks a limit: none feasible and none undetermined.
@@ -357,6 +359,8 @@ _CSS = (
     "table.full thead th:nth-child(1),table.full thead th:nth-child(3){background:#f3f3f3;z-index:2}"
     "tr.infeasible td{color:#777}tr.ref td{color:#555;font-style:italic;background:#fafafa}"
     "tr.highlight td{font-weight:bold;background:#fbe3f2}"
+    "p.deploy{margin:0.2em 0 0.1em;font-size:14px;color:#444}table.deploy td:first-child{text-align:left}"
+    "table.deploy td:nth-child(3){text-align:right}"
     ".sw{display:inline-block;width:0.7em;height:0.7em;border-radius:50%;margin-right:0.35em;vertical-align:baseline}"
     ".sw.ref{border-radius:0;border:1.5px solid #444;background:#fff;width:0.55em;height:0.55em}"
     "details{margin:0.3em 0 0.8em}summary{cursor:pointer;color:#1a4f8a}"
@@ -405,7 +409,10 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
         task = s.title.removeprefix("Task ")
         meta = tasks.get(task)
         view = _table(s.title, s.header, s.rows, {h: tip(h) for h in s.header}, s.notes, lb.highlight)
-        view.update(task=task, slug=_slug(task), meta=meta is not None, verdict="")
+        view.update(task=task, slug=_slug(task), meta=meta is not None, verdict="",
+                    parts=[_table(p.title, p.header, p.rows, {h: tip(h) for h in p.header}, p.notes, lb.highlight)
+                           for p in s.parts])
+        headers += [h for p in s.parts for h in p.header if h not in headers]
         if meta is not None:
             view["verdict"] = task_verdict(lb.per_task.get(task), meta, lb.not_ranked.get(task, ()), lb.tol)
             view["limits"] = ", ".join(f"{c.name} ≤ {c.limit:g}" for c in meta.constraints)
@@ -424,7 +431,11 @@ def render_page(lb: Leaderboard, figures: Sequence[str] = ()) -> str:
         else:
             headers += [h for h in s.header if h not in headers]
             tips = {h: tip(h) for h in s.header}
-        others.append(_table(s.title, s.header, s.rows, tips, s.notes, lb.highlight))
+        view = _table(s.title, s.header, s.rows, tips, s.notes, lb.highlight)
+        view["parts"] = [_table(p.title, p.header, p.rows, {h: tip(h) for h in p.header}, p.notes, lb.highlight)
+                         for p in s.parts]
+        headers += [h for p in s.parts for h in p.header if h not in headers]
+        others.append(view)
     return environment().get_template("page.html").render(
         css=Markup(_CSS), script=Markup(_SCRIPT), lead=lb.preamble[0] if lb.preamble else "",
         tasks=[v for v in task_views if v["meta"] or True], tol=f"{lb.tol:g}",

@@ -22,6 +22,15 @@ PAGE = """\
 {%- for r in s.rows %}<tr{% if r.cls %} class="{{ r.cls }}"{% endif %}>{% for c in r.cells %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor -%}
 </tbody></table></div>
 {% endmacro -%}
+{% macro deployment_tables(parts) -%}
+{% for p in parts %}<p class="deploy"><b>{{ p.title }}</b>. {{ p.notes|join(' ') }}</p>
+<div class="wrap"><table class="deploy sortable"><thead><tr>
+{%- for h in p.header %}<th title="{{ p.tips[h] }}">{{ h }}</th>{% endfor -%}
+</tr></thead><tbody>
+{%- for r in p.rows %}<tr{% if r.cls %} class="{{ r.cls }}"{% endif %}>{% for c in r.cells %}<td>{{ c }}</td>{% endfor %}</tr>{% endfor -%}
+</tbody></table></div>
+{% endfor -%}
+{% endmacro -%}
 <!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -46,6 +55,7 @@ and the range of ranks the seeds allow. Hover a column for its meaning, click it
 {%- endfor %}</tr>{% endfor -%}
 </tbody></table></div>{{ t.figure }}</div>
 {% endif -%}
+{{ deployment_tables(t.parts) }}
 <details><summary>Notes and all {{ t.header|length }} columns</summary>
 {% for n in t.notes %}<p>{{ n }}</p>
 {% endfor -%}
@@ -60,7 +70,7 @@ and the range of ranks the seeds allow. Hover a column for its meaning, click it
 {% endfor -%}
 {% if s.header %}{{ full_table(s) }}
 {% endif -%}
-</details>
+{{ deployment_tables(s.parts) }}</details>
 {% endfor -%}
 <details><summary>How runs are scored, ranked and judged within the limits</summary>
 {% for p in rules %}<p>{{ p }}</p>

@@ -4,11 +4,12 @@
 per task), or every run directory under it (a folder holding ``config.json``; complete when
 it also holds ``done.json``, with ``progress.csv`` and ``eval.csv``), and writes
 ``DIR/leaderboard.md``, ``DIR/leaderboard.html``, ``DIR/runs.csv`` (metrics per run),
-``DIR/pairs.csv`` (the rank tests) and, with ``--table``, ``DIR/results.csv`` (the long table). The test copies the committed
-files of ``results/`` (``git ls-files``; every file when the tree is not a git checkout),
-less those four outputs, to a temporary folder, runs the command there, and compares the
-outputs with the committed ones: ``leaderboard.md`` and ``leaderboard.html`` must be
-committed, ``runs.csv``, ``pairs.csv`` and ``results.csv`` are compared when they are.
+``DIR/pairs.csv`` (the rank tests), ``DIR/deployments.csv`` (the deployment tables) and, with
+``--table``, ``DIR/results.csv`` (the long table). The test copies the committed files of
+``results/`` (``git ls-files``; every file when the tree is not a git checkout), less those
+outputs, to a temporary folder, runs the command there, and compares the outputs with the
+committed ones: ``leaderboard.md`` and ``leaderboard.html`` must be committed, ``runs.csv``,
+``pairs.csv``, ``deployments.csv`` and ``results.csv`` are compared when they are.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from constrained_grpo.eval.scoring.loader import find_runs
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results"
 REQUIRED_OUTPUTS = ("leaderboard.md", "leaderboard.html")
-OPTIONAL_OUTPUTS = ("runs.csv", "pairs.csv", "results.csv")
+OPTIONAL_OUTPUTS = ("runs.csv", "pairs.csv", "deployments.csv", "results.csv")
 
 
 def committed_results_files() -> list[Path]:
@@ -130,7 +131,7 @@ def test_what_the_leaderboard_writes_does_not_depend_on_blas_threads(tmp_path: P
     for threads in ("1", "2"):
         _leaderboard(tmp_path, "sub", f"out-{threads}", threads, True)
     names = sorted(p.name for p in (tmp_path / "out-1").iterdir() if p.is_file())
-    assert {"leaderboard.md", "leaderboard.html", "runs.csv", "pairs.csv"} <= set(names) and len(names) >= 5
+    assert {"leaderboard.md", "leaderboard.html", "runs.csv", "pairs.csv", "deployments.csv"} <= set(names) and len(names) >= 6
     for name in names:
         one, two = (tmp_path / "out-1" / name).read_bytes(), (tmp_path / "out-2" / name).read_bytes()
         assert one == two, f"{name} differs between 1 and 2 BLAS threads"

@@ -75,6 +75,7 @@ EXPECTED_FILES: tuple[str, ...] = (
     "runs/bench/leaderboard.html",
     "runs/bench/runs.csv",
     "runs/bench/pairs.csv",
+    "runs/bench/deployments.csv",
     "runs/bench/results.csv",
     "runs/bench/plots/Grid_HazardFuel3x3-v0_curves.png",
     "course_env.py",

@@ -1,7 +1,8 @@
-"""The committed leaderboard (results/leaderboard.md, runs.csv, pairs.csv) read as a careful
-reader would: on every task and suite aggregate the rows are in the order of the mean score,
-every rank cell is "position [L, U]" with L and U following from the separated pairs, the group
-letters encode exactly those pairs, and no "feasible? yes" row holds a seed that breaks a limit."""
+"""The committed leaderboard (results/leaderboard.md, runs.csv, pairs.csv, deployments.csv) read
+as a careful reader would: on every task and suite aggregate the rows are in the order of the
+mean score, every rank cell is "position [L, U]" with L and U following from the separated pairs,
+the group letters encode exactly those pairs, no "feasible? yes" row holds a seed that breaks a
+limit, and no pair test is between two deployments of one training."""
 
 from __future__ import annotations
 
@@ -12,17 +13,21 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from constrained_grpo.eval.scoring.deployment import check_independent
+from constrained_grpo.eval.scoring.loader import run_configs, run_deployment
+
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 RANK_CELL = re.compile(r"^(\d+)(=?) \[(\d+), (\d+)\]$")
 
 
 def _tables(md: str) -> dict[str, list[dict[str, str]]]:
-    """Per section title ("Task X" or "Suite S: aggregate"), its table's rows as header -> cell."""
+    """Per section title ("Task X", "Suite S: aggregate" or a part's, "Deployments on X"), its
+    table's rows as header -> cell."""
     out: dict[str, list[dict[str, str]]] = {}
     title, header = None, None
     for line in md.splitlines():
-        if line.startswith("## "):
-            title, header = line[3:], None
+        if line.startswith(("## ", "### ")):
+            title, header = line.split(" ", 1)[1], None
         elif line.startswith("| ") and title is not None:
             cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
             if header is None:
@@ -113,3 +118,30 @@ def test_hazard_fuel_lists_cpo_above_cgrpo_opg(board) -> None:
     tables, _, _ = board
     order = [r["algo"] for r in tables["Task Grid/HazardFuel-v0"]]
     assert order.index("cpo") < order.index("cgrpo-opg")
+
+
+def test_no_committed_pair_tests_two_deployments_of_one_training(board) -> None:
+    """cgrpo-best and cgrpo-mix deploy cgrpo's trainings (the record's configs say so, and
+    runs.csv with them): they are compared with cgrpo's last iterate in deployments.csv, paired
+    by seed, and take part in no pair test."""
+    tables, runs, pairs = board
+    record = RESULTS / "standard"
+    if not record.is_dir():
+        pytest.skip("no committed record")
+    expected = {key: run_deployment(cfg) for key, cfg in run_configs(record).items()}
+    written = {(str(t), str(a), int(s)): (str(learner), str(rule))
+               for t, a, s, learner, rule in runs[["task", "algo", "seed", "learner", "deploy"]].itertuples(index=False)}
+    assert written == expected
+    other = runs[runs["deploy"] != "last"]
+    assert sorted(other["algo"].unique()) == ["cgrpo-best", "cgrpo-mix"] and set(other["learner"]) == {"cgrpo"}
+    assert not {"cgrpo-best", "cgrpo-mix"} & (set(pairs["a"]) | set(pairs["b"]))
+    for r in pairs.itertuples():
+        check_independent(runs, r.a, r.b, None if r.scope.startswith("suite:") else r.scope)
+    # Five tasks (the four gridworlds and Highway-v1) and the gridworld suite, two rules each.
+    dep = pd.read_csv(RESULTS / "deployments.csv")
+    assert sorted(set(dep["scope"])) == ["Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelMud-v0",
+                                         "Grid/HazardFuelSlip-v0", "Highway/Highway-v1", "suite:gridworld"]
+    assert len(dep) == 12 and set(zip(dep["learner"], dep["deploy"])) == {("cgrpo", "best-feasible"), ("cgrpo", "tail-mixture")}
+    for scope, g in dep.groupby("scope"):
+        title = f"Deployments over suite {scope.removeprefix('suite:')}" if scope.startswith("suite:") else f"Deployments on {scope}"
+        assert [r["rule (runs)"] for r in tables[title]] == [f"{d} ({a})" for d, a in zip(g["deploy"], g["algo"])]

@@ -85,6 +85,9 @@ def test_learner_and_rule_come_from_config_json():
     plain = {"algo": {"name": "cgrpo-pid", "defaults": {"algo": "cgrpo-pid"}, "resolved": {"config": {}}}}
     assert run_deployment(new) == ("cgrpo", "best-feasible") and run_deployment(old) == ("cgrpo", "tail-mixture")
     assert run_deployment(option) == ("ppo-lag", "tail-mixture") and run_deployment(plain) == ("cgrpo-pid", "last")
+    # A run is named as the long table names it (run.algo), even where its algo section says otherwise.
+    renamed = {"run": {"algo": "mine"}, "algo": {"name": "cgrpo", "resolved": {"config": {}}}}
+    assert run_deployment(renamed) == ("mine", "last")
     runs = pd.DataFrame({"task": ["T", "T"], "algo": ["cgrpo-best", "ppo"], "seed": [0, 0]})
     out = with_deployment(runs, {("T", "cgrpo-best", 0): new})
     assert out["learner"].tolist() == ["cgrpo", "ppo"] and out["deploy"].tolist() == ["best-feasible", "last"]
