@@ -235,8 +235,24 @@ def test_identical_evaluation_rows_across_seeds_are_refused(toy_results, fresh, 
     ev0 = ev0.assign(iteration=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "iteration"].iloc[0]),
                      env_steps=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "env_steps"].iloc[0]))
     copied = pd.concat([fresh[fresh["seed"] == 0], fresh[(fresh["seed"] == 1) & (fresh["kind"] == "train")], ev0])
-    _refused_everywhere(toy_results, copied, tmp_path, capsys,
-                        r"mine-toy: seeds 0 and 1 hold identical evaluation rows; one evaluation counted twice")
+    # The toy draws both policies' actions from one stream: its greedy episodes are its sampled ones,
+    # as a policy that became deterministic plays them, and the refusal says so.
+    line = _refused_everywhere(toy_results, copied, tmp_path, capsys,
+                               r"mine-toy: seeds 0 and 1 hold identical evaluation rows, and each one's sampled episodes "
+                               r"are its greedy ones: both final policies are deterministic and act alike; one evaluation "
+                               r"counted twice is not two independent seeds")
+    assert "re-evaluating their saved agents" in line and "docs/benchmark.md section 7" in line
+    # Greedy episodes of their own (the sampled ones in reverse order), the same in both seeds:
+    # still one evaluation twice, with no claim about the policies.
+    greedy = (copied["kind"] == "eval") & (copied["policy"] == "deterministic")
+    measured = ["return", "length", "cost_hazard", "cost_fuel"]
+    for seed in (0, 1):
+        rows = greedy & (copied["seed"] == seed)
+        copied.loc[rows, measured] = copied.loc[rows, measured].to_numpy()[::-1]
+    (tmp_path / "reversed").mkdir()
+    line = _refused_everywhere(toy_results, copied, tmp_path / "reversed", capsys,
+                               r"mine-toy: seeds 0 and 1 hold identical evaluation rows; one evaluation counted twice")
+    assert "deterministic" not in line
 
 
 def test_a_board_run_under_another_name_is_refused(toy_results, fresh, tmp_path, capsys):
