@@ -259,8 +259,21 @@ def test_a_board_run_under_another_name_is_refused(toy_results, fresh, tmp_path,
     board = load_results(toy_results).table
     # The board's seed 0 under a new name, beside a genuine seed 1.
     copy = pd.concat([board[(board["algo"] == TOY) & (board["seed"] == 0)], fresh[fresh["seed"] == 1]]).assign(algo="mine-copy")
-    _refused_everywhere(toy_results, copy, tmp_path, capsys,
-                        r"mine-copy seed 0 has the same evaluation episodes as cgrpo_toy_agent:ToyAgent seed 0 on the board")
+    # The toy's greedy episodes are its sampled ones (one stream for both), as a deterministic policy's.
+    line = _refused_everywhere(toy_results, copy, tmp_path, capsys,
+                               r"mine-copy seed 0 has the same evaluation episodes as cgrpo_toy_agent:ToyAgent seed 0 on "
+                               r"the board, and both play their sampled episodes as their greedy ones: deterministic "
+                               r"policies that act alike; a run under a second name is not a new algorithm")
+    assert "re-evaluating its saved agent" in line
+
+
+def test_a_copy_is_called_deterministic_only_when_its_sampled_and_greedy_summaries_agree():
+    from constrained_grpo.eval.scoring.submission import _greedy_alike
+
+    greedy = ("deterministic", 6534, 1_000_000, 1.5, 0.0, 6.0)
+    assert _greedy_alike((greedy, ("sampled", *greedy[1:])))
+    assert not _greedy_alike((greedy, ("sampled", 6534, 1_000_000, 1.2, 0.2, 4.4)))
+    assert not _greedy_alike((greedy,))  # a policy that evaluated itself, greedily: nothing to compare
 
 
 def test_two_names_for_one_run_in_a_submission_are_refused(fresh, tmp_path):
