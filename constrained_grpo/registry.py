@@ -344,6 +344,12 @@ def load_entry_point(entry_point: str | Callable[..., Any]) -> Callable[..., Any
 def agent_spec(name: str) -> AgentSpec:
     """The spec registered under ``name``; a dotted path gives an ad-hoc spec."""
     _load_builtins()
+    if name not in _REGISTRY and ":" not in name:
+        # A run's worker process knows the --import modules only from $CGRPO_IMPORT: the names
+        # they register exist there once they are imported (tasks.import_user_modules).
+        from constrained_grpo.tasks import import_user_modules
+
+        import_user_modules()
     if name in _REGISTRY:
         return _REGISTRY[name]
     if ":" in name:

@@ -31,7 +31,7 @@ At the end of a run, once its evaluation is written, the evaluation's scalars
 
 The x axis is the env-step count. ``cgrpo train/bench --tensorboard DIR`` (extra ``[tb]``)
 and ``--wandb PROJECT`` (needs ``wandb``) set :data:`TENSORBOARD_ENV` / :data:`WANDB_ENV`,
-which sweep workers inherit; one TensorBoard run per run directory, named
+which sweep workers inherit; one TensorBoard run (one W&B run) per run directory, named
 ``<task>/<algo>/seed_<n>``.
 """
 
@@ -188,7 +188,8 @@ class TensorBoardSink:
 
 
 class WandbSink:
-    """Logs :func:`metric_tags` to Weights & Biases project ``project``, one W&B run per run directory."""
+    """Logs :func:`metric_tags` to Weights & Biases project ``project``, one W&B run per run
+    directory, named as the TensorBoard run and plotted against ``env_steps``."""
 
     def __init__(self, project: str) -> None:
         import wandb  # an ImportError here names the package to install
@@ -198,23 +199,30 @@ class WandbSink:
         self._runs: dict[Path, Any] = {}
         self._state: dict[Path, tuple[dict[str, float], dict[str, Any]]] = {}
 
+    def _run(self, run_path: Path) -> Any:
+        """The W&B run of ``run_path``, started on its first scalar."""
+        if run_path not in self._runs:
+            run = self._wandb.init(project=self.project, name=run_name(run_path), reinit=True)
+            # W&B's own x axis counts log calls; the harness's is the env-step count, as on TensorBoard.
+            run.define_metric("env_steps")
+            run.define_metric("*", step_metric="env_steps")
+            self._runs[run_path] = run
+            self._state[run_path] = (_limits(run_path), {})
+        return self._runs[run_path]
+
     def __call__(self, run_path: Path, row: Mapping[str, Any]) -> None:
         run_path = Path(run_path)
-        if run_path not in self._runs:
-            self._runs[run_path] = self._wandb.init(project=self.project, name=run_name(run_path), reinit=True)
-            self._state[run_path] = (_limits(run_path), {})
+        run = self._run(run_path)
         limits, previous = self._state[run_path]
         tags = metric_tags(row, limits, previous)
         tags["env_steps"] = float(_number(row.get("env_steps")) or 0)
-        self._runs[run_path].log(tags)
+        run.log(tags)
         self._state[run_path] = (limits, dict(row))
 
     def summary(self, run_path: Path, tags: Mapping[str, float], step: int) -> None:
         """The run's end-of-run scalars (:func:`evaluation_tags`), logged at ``env_steps = step``
         and kept in the W&B run's summary."""
-        run = self._runs.get(Path(run_path))
-        if run is None:
-            return
+        run = self._run(Path(run_path))
         run.log({**tags, "env_steps": float(step)})
         run.summary.update(dict(tags))
 

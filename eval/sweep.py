@@ -34,6 +34,7 @@ import contextlib
 import multiprocessing
 import os
 import queue as queue_mod
+import re
 import signal
 import sys
 import tempfile
@@ -491,6 +492,11 @@ def _check_resumable(specs: Sequence[RunSpec], out: Path, force: bool = False) -
     return todo, skipped
 
 
+def _gist(line: str) -> str:
+    """``line`` without its numbers: one warning of two seeds, whatever each of them measured."""
+    return re.sub(r"\d[\d,.]*", "#", line)
+
+
 def run_sweep(
     specs: Sequence[RunSpec],
     out: str | Path,
@@ -554,6 +560,23 @@ def run_sweep(
     not_before: dict[str, float] = {}  # runs another live process holds: when to look again
     running: dict[str, RunSpec] = {}
     failed_count = 0
+    warned: dict[tuple[str, str], str] = {}  # (task/algo, a warning's gist) -> the run that said it first
+
+    def drain() -> None:
+        """Print the runs' evaluation lines (a warning shown in full once per task and algorithm,
+        its seeds' repeats in one line) and move their progress bars."""
+        for key, steps in engine.drain_progress():
+            if isinstance(steps, str):  # a line from the run's evaluation (it can outlast training)
+                if steps.startswith("warning: "):
+                    first = warned.setdefault((key.rpartition("/seed_")[0], _gist(steps)), key)
+                    if first != key:
+                        say(f"[sweep] {key}: warning: the same as {first}'s above")
+                        continue
+                say(f"[sweep] {key}: {steps}")
+                continue
+            run_bar = run_bars.get(key)
+            if run_bar is not None and steps > run_bar.n:
+                run_bar.update(min(steps, run_bar.total) - run_bar.n)
 
     launched = time.perf_counter()
     ended_runs = 0
@@ -620,7 +643,9 @@ def run_sweep(
                     run_bars[spec.key] = tqdm(total=spec.steps, desc=spec.key, unit="step", leave=False,
                                               position=slot, file=sys.stderr, dynamic_ncols=True)
             postfix()
-            for outcome in engine.wait(timeout=0.25):
+            outcomes = engine.wait(timeout=0.25)
+            drain()  # a run's last lines (its evaluation's) before its "done"
+            for outcome in outcomes:
                 spec = running.pop(outcome.key)
                 run_bar = run_bars.pop(outcome.key, None)
                 run_slots.pop(outcome.key, None)
@@ -645,13 +670,6 @@ def run_sweep(
                     advance()
                     say(f"[sweep] run {outcome.key} FAILED after {outcome.attempt} attempt(s) ({tally()}). Traceback:\n"
                         f"{(outcome.error or '').rstrip()}")
-            for key, steps in engine.drain_progress():
-                if isinstance(steps, str):  # a line from the run's evaluation (it can outlast training)
-                    say(f"[sweep] {key}: {steps}")
-                    continue
-                run_bar = run_bars.get(key)
-                if run_bar is not None and steps > run_bar.n:
-                    run_bar.update(min(steps, run_bar.total) - run_bar.n)
     finally:
         engine.close()
         if previous_term is not None:

@@ -109,6 +109,30 @@ def test_user_task_through_import_and_module_syntax(tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_bench_runs_an_algorithm_that_an_import_registers(tmp_path: Path):
+    """``--import MODULE`` registers a name in every run's process too, and the sweep prints a
+    slow-path warning in full once per algorithm, each run's evaluation lines before its "done"."""
+    (tmp_path / "my_algos.py").write_text(f'from constrained_grpo import register_agent\n\nregister_agent("my-toy", "{TOY}")\n')
+    r = cgrpo("bench", "--import", "my_algos", "--tasks", TASK, "--algos", "my-toy", "--seeds", "2", "--steps", "64",
+              "--eval-episodes", "40", "--workers", "1", "--no-progress", "--out", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "2 run(s) done, 0 skipped (already complete), 0 failed, 0 retried" in r.stdout
+    assert "unknown algorithm" not in r.stderr and "failed (attempt" not in r.stderr
+    for seed in (0, 1):
+        assert (tmp_path / f"runs/{TASK}/my-toy/seed_{seed}/done.json").is_file()
+    lines = r.stderr.splitlines()
+    # The toy's act() draws from its own generator: one episode at a time, said once in full.
+    assert sum("has act() alone" in line for line in lines) == 1 and r.stderr.count("def act_batch") == 1
+    assert f"[sweep] {TASK}/my-toy/seed_0: warning: ToyAgent has act() alone" in r.stderr
+    assert f"[sweep] {TASK}/my-toy/seed_1: warning: the same as {TASK}/my-toy/seed_0's above" in lines
+    for seed in (0, 1):
+        key = f"{TASK}/my-toy/seed_{seed}"
+        evaluated = next(i for i, line in enumerate(lines) if line.startswith(f"[sweep] {key}: evaluated 40 episodes"))
+        done = next(i for i, line in enumerate(lines) if line.startswith(f"[sweep] done {key} "))
+        assert evaluated < done, lines
+
+
+@pytest.mark.slow
 def test_misspellings_get_did_you_mean_before_any_folder(tmp_path: Path):
     out = tmp_path / "runs"
     cases = [

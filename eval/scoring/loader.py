@@ -1265,9 +1265,15 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
             twin = next((s for s, d in digests.items() if d[1] == episodes), None)
             if twin is not None:
                 what = "training and evaluation rows" if digests[twin][0] == whole else "evaluation rows"
-                raise ResultsError(f"{source}: {task} {algo}: seeds {twin} and {int(seed)} hold identical {what}; one "
-                                   "evaluation counted twice is not two independent seeds (policies that truly evaluate "
-                                   "alike are ranked by re-evaluation: docs/benchmark.md section 7)")
+                alike = ""
+                if _acts_greedily(g[g["seed"] == twin]) and _acts_greedily(run):
+                    alike = (", and each one's sampled episodes are its greedy ones: both final policies are "
+                             "deterministic and act alike")
+                raise ResultsError(f"{source}: {task} {algo}: seeds {twin} and {int(seed)} hold identical {what}{alike}; "
+                                   "one evaluation counted twice is not two independent seeds, and a self-reported "
+                                   "table cannot show that it is not a copy. Policies that truly evaluate alike are "
+                                   "ranked by re-evaluating their saved agents (the run folders cgrpo wrote): "
+                                   "docs/benchmark.md section 7")
             digests[int(seed)] = (whole, episodes)
     for (task, algo, seed), g in ev[ev["policy"] == "sampled"].groupby(["task", "algo", "seed"], sort=True):
         meta = metas.get(task)
@@ -1283,6 +1289,16 @@ def _check_submitted_episodes(table: pd.DataFrame, metas: Mapping[str, TaskMeta]
                 f"{lower:.4g}) is above {bound:.4g}, the most any policy of this task earns at its costs' upper bounds "
                 f"(exact optimum R* = {meta.optimum_return:.4g} at the limits); no policy of this task can do that"
             )
+
+
+def _acts_greedily(run: pd.DataFrame) -> bool:
+    """Whether a run's sampled evaluation episodes are its greedy ones, episode for episode
+    (return, length and costs): its final policy is deterministic on the episodes played."""
+    ev = run[run["kind"] == "eval"]
+    cols = [c for c in ("return", "length", *(c for c in ev.columns if c.startswith("cost_"))) if c in ev.columns]
+    sampled, greedy = (ev[ev["policy"] == p].sort_values("episode")[cols].reset_index(drop=True)
+                       for p in ("sampled", "deterministic"))
+    return len(sampled) > 0 and sampled.equals(greedy)
 
 
 def _check_possible_episodes(task: str, ev: pd.DataFrame, meta: TaskMeta | None, source: str) -> None:

@@ -76,6 +76,13 @@ def _fingerprints(summaries: pd.DataFrame) -> dict[tuple[str, str, int], tuple[A
     return out
 
 
+def _greedy_alike(fingerprint: tuple[Any, ...]) -> bool:
+    """Whether a run's sampled and greedy evaluations summarise alike (:func:`_fingerprints`,
+    one row per policy): a deterministic policy's."""
+    rows = {row[0]: row[1:] for row in fingerprint}
+    return "sampled" in rows and rows["sampled"] == rows.get("deterministic")
+
+
 def _check_protocol(mine: pd.DataFrame, protocol: Mapping[str, tuple[int, dict[str, int]]], source: str) -> None:
     for (task, algo), g in mine.groupby(["task", "algo"], sort=True):
         if task not in protocol:
@@ -101,10 +108,13 @@ def _check_copies(mine: pd.DataFrame, board: pd.DataFrame | None, source: str) -
     for (task, algo, seed), fp in _fingerprints(mine).items():
         twin = seen.get((task, fp))
         if twin is not None and twin[0] != algo:
+            alike = (", and both play their sampled episodes as their greedy ones: deterministic policies that act "
+                     "alike" if _greedy_alike(fp) else "")
             raise ResultsError(
                 f"{source}: {task} {algo} seed {seed} has the same evaluation episodes as {twin[0]} seed {twin[1]} "
-                f"{twin[2]}; a run under a second name is not a new algorithm (a policy that truly evaluates alike is "
-                "ranked by re-evaluation: docs/benchmark.md section 7)")
+                f"{twin[2]}{alike}; a run under a second name is not a new algorithm, and a self-reported table cannot "
+                "show that it is not one. A policy that truly evaluates alike is ranked by re-evaluating its saved "
+                "agent (the run folder cgrpo wrote): docs/benchmark.md section 7")
         seen.setdefault((task, fp), (algo, seed, "in the submission"))
 
 

@@ -67,6 +67,27 @@ def test_highway_v1_is_v0_with_the_headway_limit_at_0_2():
     assert [c.limit for c in vec.constraints] == [0.1, 0.1, 0.2, 3.0]
 
 
+def test_an_earlier_version_is_made_without_gymnasiums_advice_to_upgrade():
+    """v0, v1 and v2 are three tasks (other limits, each ranked on its own), not one task's
+    releases: gymnasium's "out of date, consider upgrading" would mislead on every board that
+    ranks Highway-v1."""
+    from constrained_grpo.tasks import make_vec_env
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make_env("Highway/Highway-v1").close()
+        make_vec_env("Highway/Highway-v0", 2).close()
+        gym.make("Highway/Highway-v1").close()  # gymnasium's own make still says it
+    advice = [str(w.message) for w in caught if "out of date" in str(w.message)]
+    assert len(advice) == 1 and "Highway/Highway-v1 is out of date" in advice[0], advice
+    with warnings.catch_warnings(record=True) as caught:  # the filter does not outlive the call
+        warnings.simplefilter("always")
+        make_env("Highway/Highway-v1").close()
+        warnings.warn("a later warning", DeprecationWarning)
+    assert [str(w.message) for w in caught if "out of date" in str(w.message) or "later" in str(w.message)] == [
+        "a later warning"]
+
+
 def test_ids_list_without_highway_env_and_making_one_says_how_to_install():
     code = (
         "import sys; sys.modules['highway_env'] = None\n"  # makes `import highway_env` fail

@@ -235,16 +235,45 @@ def test_identical_evaluation_rows_across_seeds_are_refused(toy_results, fresh, 
     ev0 = ev0.assign(iteration=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "iteration"].iloc[0]),
                      env_steps=int(fresh.loc[(fresh["seed"] == 1) & (fresh["kind"] == "eval"), "env_steps"].iloc[0]))
     copied = pd.concat([fresh[fresh["seed"] == 0], fresh[(fresh["seed"] == 1) & (fresh["kind"] == "train")], ev0])
-    _refused_everywhere(toy_results, copied, tmp_path, capsys,
-                        r"mine-toy: seeds 0 and 1 hold identical evaluation rows; one evaluation counted twice")
+    # The toy draws both policies' actions from one stream: its greedy episodes are its sampled ones,
+    # as a policy that became deterministic plays them, and the refusal says so.
+    line = _refused_everywhere(toy_results, copied, tmp_path, capsys,
+                               r"mine-toy: seeds 0 and 1 hold identical evaluation rows, and each one's sampled episodes "
+                               r"are its greedy ones: both final policies are deterministic and act alike; one evaluation "
+                               r"counted twice is not two independent seeds")
+    assert "re-evaluating their saved agents" in line and "docs/benchmark.md section 7" in line
+    # Greedy episodes of their own (the sampled ones in reverse order), the same in both seeds:
+    # still one evaluation twice, with no claim about the policies.
+    greedy = (copied["kind"] == "eval") & (copied["policy"] == "deterministic")
+    measured = ["return", "length", "cost_hazard", "cost_fuel"]
+    for seed in (0, 1):
+        rows = greedy & (copied["seed"] == seed)
+        copied.loc[rows, measured] = copied.loc[rows, measured].to_numpy()[::-1]
+    (tmp_path / "reversed").mkdir()
+    line = _refused_everywhere(toy_results, copied, tmp_path / "reversed", capsys,
+                               r"mine-toy: seeds 0 and 1 hold identical evaluation rows; one evaluation counted twice")
+    assert "deterministic" not in line
 
 
 def test_a_board_run_under_another_name_is_refused(toy_results, fresh, tmp_path, capsys):
     board = load_results(toy_results).table
     # The board's seed 0 under a new name, beside a genuine seed 1.
     copy = pd.concat([board[(board["algo"] == TOY) & (board["seed"] == 0)], fresh[fresh["seed"] == 1]]).assign(algo="mine-copy")
-    _refused_everywhere(toy_results, copy, tmp_path, capsys,
-                        r"mine-copy seed 0 has the same evaluation episodes as cgrpo_toy_agent:ToyAgent seed 0 on the board")
+    # The toy's greedy episodes are its sampled ones (one stream for both), as a deterministic policy's.
+    line = _refused_everywhere(toy_results, copy, tmp_path, capsys,
+                               r"mine-copy seed 0 has the same evaluation episodes as cgrpo_toy_agent:ToyAgent seed 0 on "
+                               r"the board, and both play their sampled episodes as their greedy ones: deterministic "
+                               r"policies that act alike; a run under a second name is not a new algorithm")
+    assert "re-evaluating its saved agent" in line
+
+
+def test_a_copy_is_called_deterministic_only_when_its_sampled_and_greedy_summaries_agree():
+    from constrained_grpo.eval.scoring.submission import _greedy_alike
+
+    greedy = ("deterministic", 6534, 1_000_000, 1.5, 0.0, 6.0)
+    assert _greedy_alike((greedy, ("sampled", *greedy[1:])))
+    assert not _greedy_alike((greedy, ("sampled", 6534, 1_000_000, 1.2, 0.2, 4.4)))
+    assert not _greedy_alike((greedy,))  # a policy that evaluated itself, greedily: nothing to compare
 
 
 def test_two_names_for_one_run_in_a_submission_are_refused(fresh, tmp_path):
