@@ -62,7 +62,7 @@ from constrained_grpo.eval.scoring.deployment import (DEPLOYMENT_COLUMNS, deploy
 from constrained_grpo.eval import storage
 from constrained_grpo.files import atomic_write_many
 from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
-from constrained_grpo.eval.scoring.metrics import constrained_score, eval_summaries, run_metrics
+from constrained_grpo.eval.scoring.metrics import Anchors, anchor_returns, constrained_score, eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import VERDICTS, limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
 from constrained_grpo.schema import TaskMeta
@@ -409,8 +409,10 @@ def p_feasible(g: pd.DataFrame, meta: TaskMeta, tol: float, *, reps: int = stats
     return float(np.mean(viol.mean(axis=1) <= tol))
 
 
-def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: int, ranked: bool) -> pd.DataFrame:
-    """Numbers of each algorithm on one task; with ``ranked``, its shared ranks, in rank order."""
+def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: int, ranked: bool,
+              anchors: Anchors | None = None) -> pd.DataFrame:
+    """Numbers of each algorithm on one task; with ``ranked``, its shared ranks, in rank order
+    (``anchors``: the task's return anchors, as its runs' scores were normalised)."""
     names = meta.constraint_names
     out = []
     samples: dict[str, np.ndarray] = {}
@@ -456,7 +458,7 @@ def _per_task(runs: pd.DataFrame, meta: TaskMeta, tol: float, reps: int, seed: i
         # iterations), so the gap takes the final policy's point score too, not its expected
         # score: identical iterates differ by exactly 0.
         tail = g["tail_score"].to_numpy(dtype=float)
-        final_point = np.array([constrained_score(float(ret), meta.optimum_return, float(v), tol)
+        final_point = np.array([constrained_score(float(ret), meta.optimum_return, float(v), tol, anchors)
                                 for ret, v in zip(g["eval_return"], g["violation"])])
         gap = final_point - tail
         for key, x in (("tail_score", tail), ("iterate_gap", gap)):
@@ -530,10 +532,48 @@ def _undetermined_note(runs: pd.DataFrame, meta: TaskMeta, tol: float) -> str | 
     return text + "."
 
 
+def _registered_info(task: str) -> object | None:
+    """The registered facts of ``task`` (``tasks.task_info``), None for an id no family or user module declares."""
+    import gymnasium as gym
+
+    from constrained_grpo.tasks import task_info
+
+    try:
+        return task_info(task)
+    except gym.error.Error:
+        return None
+
+
+def _declared_anchors(task: str) -> tuple[str, str] | None:
+    """The ``(low, high)`` reference policies a registered task normalises its return by, if any."""
+    return getattr(_registered_info(task), "return_anchors", None)
+
+
+def _binding_note(task: str, runs: pd.DataFrame) -> str:
+    """What the board's own runs of ``task`` (every run, references included) say of the
+    :class:`~constrained_grpo.envs.registration.Binding` the task declares: its unconstrained
+    stand-ins' breaking seeds and its keepers' seeds within every limit
+    (:func:`~constrained_grpo.eval.studies.binding.board_binding`); "" where it declares none
+    or none of them ran."""
+    info = _registered_info(task)
+    binding = info.task_binding() if info is not None and hasattr(info, "task_binding") else None
+    if binding is None:
+        return ""
+    from constrained_grpo.eval.studies.binding import board_binding
+
+    binds, sentence = board_binding(runs, binding)
+    if binds is None:
+        return ""
+    return ("Binding, from this board's runs: " if binds else "GAP, binding from this board's runs: ") + sentence + "."
+
+
 def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reasons: Sequence[str], tol: float,
-                  references: pd.DataFrame | None = None, learner_runs: pd.DataFrame | None = None) -> Section:
+                  references: pd.DataFrame | None = None, learner_runs: pd.DataFrame | None = None,
+                  anchors: tuple[str, str, Anchors] | None = None, binding: str = "") -> Section:
     """The task's table: ranked algorithms, then reference policies (rank "ref");
-    ``learner_runs``: the task's per-run metrics (the note on undetermined runs)."""
+    ``learner_runs``: the task's per-run metrics (the note on undetermined runs); ``anchors``:
+    the two references that normalise its return and their mean returns; ``binding``: what
+    the board's runs say of whether its limits bind (:func:`_binding_note`)."""
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
@@ -576,6 +616,13 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
             f"{_num(meta.unconstrained_return or math.nan, 4)}; optimal multipliers λ* {mult}); "
             "normalised return = 1 - (R* - R)/|R*|."
         )
+    elif anchors is not None:
+        low, high, (r_low, r_high) = anchors
+        notes.append(f"No exact optimum: normalised return = (R - R_low)/(R_high - R_low), 0 at {low} (R_low = "
+                     f"{_num(r_low, 4)}) and 1 at {high} (R_high = {_num(r_high, 4)}), their mean returns on this board; "
+                     "scores use it.")
+    if binding:
+        notes.append(binding)
     if reasons:
         notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
     if ranked is not None and ranked.attrs.get("pairs"):
@@ -740,8 +787,9 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
     left = [t for t in suite_tasks if t not in with_opt]
     if not with_opt:
         return [Section(f"Suite {suite}: aggregate", (
-            "No ranked task of this suite has an exact optimum, so scores cannot be normalised across tasks; "
-            "see the per-task tables.",), (), ())], None, None
+            "No ranked task of this suite has an exact optimum, so the suite is not aggregated: a score normalised "
+            "between two references of one task is in no common unit with another's; see the per-task tables.",),
+            (), ())], None, None
     df = _overall(runs, per_task, with_opt, reps, seed)
     header = ("rank [L, U]", "group", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
               "mean task rank", "avg-iterate feasible runs", "not separated from")
@@ -829,8 +877,11 @@ def build_leaderboard(
     last iterate) and its suite's (``deployment.suite_deployment_table``)."""
     if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
         raise ValueError(f"tol={tol!r}: the feasibility tolerance must be a finite number >= 0, e.g. 0.1")
+    evals = evals if evals is not None else eval_summaries(table, tasks)
+    declared = {t: a for t in tasks if (a := _declared_anchors(t)) is not None}
+    anchored = anchor_returns(evals, declared)
     runs = run_metrics(table, tasks, tol=tol, lambda_in_reward_units=lambda_in_reward_units, lambda_max=lambda_max,
-                       evals=evals)
+                       evals=evals, return_anchors=anchored)
     runs.insert(4, "reference", runs["algo"].isin(set(references)))
     deployed = [(deployments or {}).get((str(t), str(a), int(s)), (str(a), "last"))
                 for t, a, s in zip(runs["task"], runs["algo"], runs["seed"])]
@@ -861,7 +912,9 @@ def build_leaderboard(
         "replicates (seeds resampled, each cost moved by its evaluation noise) whose mean violation "
         f"max_k max(0, J_k - d_k)/d_k is at most {tol:g}.",
         f"Score per run: max(normalised return, 0) if max_k max(0, J_k - d_k)/d_k <= {tol:g} "
-        "(normalised return 1 - (R* - R)/|R*| where the task has an exact optimum R*, the return otherwise), else "
+        "(normalised return 1 - (R* - R)/|R*| where the task has an exact optimum R*; (R - R_low)/(R_high - R_low) "
+        "between the mean returns of two reference policies where the task declares them, e.g. 0 = ref-random and "
+        "1 = ref-safe-driver on the highway tasks; the raw return otherwise), else "
         "minus that violation, averaged over what the evaluation episodes cannot tell about each J_k (Jeffreys' "
         "posterior for an indicator, a t-scale normal otherwise): a run clearly over the tolerance never scores above "
         "one clearly within it, and one its episodes cannot tell is neither a keeper nor a violator by its point "
@@ -889,14 +942,17 @@ def build_leaderboard(
         meta = tasks[task]
         reasons = reasons_by_task.get(task, ())
         ranked = runs_ranked[runs_ranked["task"] == task]
-        df = _per_task(ranked, meta, tol, reps, seed, ranked=not reasons) if len(ranked) else None
+        anchors = anchored.get(task)
+        df = _per_task(ranked, meta, tol, reps, seed, ranked=not reasons, anchors=anchors) if len(ranked) else None
         if df is not None and not reasons:
             per_task[task] = df
         refs = ref_runs[ref_runs["task"] == task]
-        ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False) if len(refs) else None
+        ref_df = _per_task(refs, meta, tol, reps, seed, ranked=False, anchors=anchors) if len(refs) else None
         if ref_df is not None:
             ref_tables[task] = ref_df
-        section = _task_section(task, df, meta, reasons, tol, ref_df, ranked)
+        section = _task_section(task, df, meta, reasons, tol, ref_df, ranked,
+                                anchors=(*declared[task], anchors) if anchors is not None else None,
+                                binding=_binding_note(task, runs[runs["task"] == task]))
         mine = deploy_runs[deploy_runs["task"] == task]
         if (mine["deploy"] != "last").any():
             dep = _deployment_frame(deployment_table(mine), mine, task)
