@@ -190,7 +190,7 @@ def test_family_wise_error_on_skewed_boards_with_unequal_spreads() -> None:
     mean and spread fall together), and the permutation test alone then gives its smallest p.
     Holm over the Welch permutation p-values alone (the board's earlier rule) falsely separates
     a pair on 8 of these boards; with the bootstrap max-t step-down required too, on none
-    (docs/benchmark.md: 5 of 160 such boards, 0.031, against 45 of 160 for the earlier rule)."""
+    (docs/benchmark.md: 5 of 120 such boards, 0.042 [0.014, 0.095], against 34 of 120)."""
     rng = np.random.default_rng(11)
     names = [f"a{i:02d}" for i in range(25)]
     sd = np.linspace(0.1, 2.0, 25)
