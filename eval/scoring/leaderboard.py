@@ -19,9 +19,8 @@ Rules (docs/benchmark.md, "Ranking"):
 * **Rows by the estimate, with rank intervals.** On a task, rows are in the order of the mean
   score; the rank is that position (exact ties share it) with [L, U], its simultaneous 95%
   interval, and the group letters, from :func:`ranking.rank`: an exact permutation test of
-  Welch's t for each pair, Holm-corrected over the task's pairs at 5%, and the bootstrap max-t
-  step-down over the same pairs, a pair separated only where both reject; pairs closer than
-  one run's evaluation resolves never separated. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
+  Welch's t for each pair, Holm-corrected over the task's pairs at 5%, pairs closer than one
+  run's evaluation resolves never separated. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
   nothing is separated, and no interval is printed. No tie is broken by name.
 * **Seeds within.** The share of seeds whose final policy keeps every limit up to the
   tolerance, with its exact Clopper-Pearson interval, beside those within d itself; "feasible?
@@ -630,8 +629,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
         a = ranked.attrs
         notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
                      "two-sample permutation test of Welch's t (equal mean scores, spreads free), Holm-corrected over the "
-                     "task's pairs at 5%, confirmed by the bootstrap max-t step-down over the same pairs "
-                     f"({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv). Rows in "
+                     f"task's pairs at 5% ({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv). Rows in "
                      "the order of the mean score; rank = that position, [L, U] its simultaneous 95% interval (L = 1 + the "
                      "algorithms separated above, U = the count minus those separated below); two rows share a group "
                      "letter exactly when the test does not separate them.")
@@ -924,8 +922,7 @@ def build_leaderboard(
         "Rows in the order of the mean score: rank = 1 + the number of algorithms with a higher mean ('=' marks an "
         "exact tie), and [L, U] its simultaneous 95% interval from the pair tests: an exact permutation test of Welch's "
         "t (equal mean scores, whatever the spreads; labels permuted within each task in the aggregates, unpaired), "
-        f"Holm-corrected over the pairs at {SEPARATION_ALPHA:g} and, on a task, confirmed by the bootstrap max-t "
-        "step-down over its pairs (every p-value in pairs.csv); L = 1 + the algorithms "
+        f"Holm-corrected over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); L = 1 + the algorithms "
         "separated above, U = their count minus those separated below. Two algorithms share a group letter exactly "
         "when not separated; pairs closer than one run's evaluation can resolve are never separated. With fewer than "
         f"{stats.MIN_SEEDS_FOR_CI} seeds nothing is separated.",
@@ -1024,7 +1021,7 @@ def render_markdown(lb: Leaderboard) -> str:
 _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("rank", "position by mean score (1 + the algorithms with a higher mean; '=' an exact tie) and [L, U], its "
      "simultaneous 95% interval: L = 1 + the algorithms separated above, U = the count minus those separated below "
-     "(exact permutation test of Welch's t, Holm over the pairs at 5%, confirmed by the bootstrap max-t step-down)"),
+     "(exact permutation test of Welch's t, Holm over the pairs at 5%)"),
     ("group", "letters: two algorithms share one exactly when the test does not separate them (not that they are "
      "equal: 10 seeds cannot tell them apart)"),
     ("algo", "the algorithm (cgrpo algos lists them)"),
@@ -1079,8 +1076,7 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("moved in / out", "seeds the rule moves into the limits (last iterate not within, rule within) and out of them"),
     ("McNemar's test", "McNemar's exact test on the seeds moved (two-sided binomial at 1/2, 5%): into or out of the "
      "limits where it rejects, else no change shown; its p-value"),
-    ("not separated from", "algorithms the pair tests (Welch's t permutation test under Holm, and the bootstrap "
-     "max-t step-down) do not both separate from this one"),
+    ("not separated from", "algorithms the permutation test of Welch's t (Holm-corrected) does not separate from this one"),
 )
 
 

@@ -12,28 +12,9 @@ The rule (docs/benchmark.md, section 4):
   valid for equal means under unequal spreads, where the plain difference of means is not).
   Exact up to ``EXACT_LIMIT`` relabellings (all C(20, 10) = 184,756 at 10 seeds each),
   computed from integer-valued sums so that p does not depend on summation order.
-* **Family-wise**, two step-down procedures over every tested pair of the task at ``ALPHA``,
-  and a pair is separated only when *both* separate it:
-
-  - Holm's step-down correction of the Welch permutation p-values (a valid p-value per pair
-    is all Holm needs). Exact when the algorithms' score distributions are the same.
-  - The bootstrap max-t step-down (Romano & Wolf, Econometrica 2005; Mogstad, Romano,
-    Shaikh & Wilhelm, REStud 2024): each algorithm's runs resampled with replacement,
-    ``BOOT_DRAWS`` times, t*_ij = ((x̄*_i - x̄_i) - (x̄*_j - x̄_j)) / sqrt(s*²_i/n_i + s*²_j/n_j)
-    (centred: the null of equal means imposed on every pair), and with the pairs ordered by
-    observed |t| descending, the adjusted p of the r-th is
-    max_{s <= r} (1 + #{draws with max_{pairs ranked >= s} |t*| >= |t_s|}) / (1 + draws)
-    (:func:`bootstrap_max_t`). It is asymptotically valid whatever the spreads and shapes,
-    and, unlike the permutation test, it sees that a skewed sample's mean and spread move
-    together (a right-skewed sample whose mean fell low also has a small spread), which is
-    where Welch's permutation test fails at 10 seeds under Holm's first threshold
-    (docs/benchmark.md: a steady algorithm against a skewed one 5-9 times wider).
-
-  Rejecting only what both reject: P(any false separation) <= the smaller of the two
-  procedures' family-wise errors, so <= ALPHA whenever either is valid (the permutation leg
-  exactly when all distributions are equal; the bootstrap leg asymptotically always).
-  The pair's adjusted p (``p_holm``) is the larger of the two adjusted p-values.
-  b is *separated above* a when mean(b) > mean(a), that adjusted p <= ALPHA, and the
+* **Family-wise**: Holm's step-down correction over every tested pair of the task at
+  ``ALPHA`` (a valid p-value per pair is all Holm needs: P(any false separation) <= ALPHA).
+  b is *separated above* a when mean(b) > mean(a), the Holm-adjusted p <= ALPHA, and the
   difference of means exceeds the pair's ``resolution`` (what one run's evaluation can
   resolve: pairs closer than that are never called different).
 * **Rank interval** [L, U] (Mogstad, Romano, Shaikh & Wilhelm, REStud 2024, with all pairs
@@ -48,7 +29,6 @@ The rule (docs/benchmark.md, section 4):
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -58,11 +38,9 @@ import numpy as np
 
 __all__ = [
     "ALPHA",
-    "BOOT_DRAWS",
     "EXACT_LIMIT",
     "MIN_SEEDS",
     "Ranking",
-    "bootstrap_max_t",
     "compact_letters",
     "holm",
     "positions",
@@ -81,9 +59,6 @@ EXACT_LIMIT = 2**18
 #: Random relabellings per pair when there are too many to enumerate (per stage: see
 #: :func:`stratified_welch_p_values`).
 MC_REPS = 20_000
-#: Bootstrap draws of the max-t step-down (:func:`bootstrap_max_t`); the generator's seed is
-#: derived from the scores, so the same scores give the same decisions on any machine.
-BOOT_DRAWS = 40_000
 
 
 @dataclass(frozen=True)
@@ -97,9 +72,7 @@ class Ranking:
         position: 1 + #(strictly higher mean).
         lower, upper: the simultaneous rank interval [L, U].
         letters: the compact letter display (two rows share a letter iff not separated).
-        p, p_holm: k x k symmetric matrices (NaN: not tested) of the pair tests' p-values (the
-            Welch permutation p) and of the adjusted p: the larger of Holm's adjusted p and
-            the bootstrap max-t step-down's (with ``p_values`` given to :func:`rank`, Holm's).
+        p, p_holm: k x k symmetric matrices of the pair tests' p-values (NaN: not tested).
         separated: k x k, ``separated[i, j]`` when algorithm i is separated above j.
         alpha: the family-wise level.
     """
@@ -368,77 +341,6 @@ def _cp_band(k: np.ndarray, n: np.ndarray, level: float) -> tuple[np.ndarray, np
     return lo, hi
 
 
-# ------------------------------------------------------------- the bootstrap max-t step-down
-
-
-def _data_seed(samples: Sequence[np.ndarray]) -> int:
-    """A generator seed from the scores: SHA-256 of each sample's sorted float64 values, in
-    order (the same scores give the same seed on any machine; the runs' order does not matter)."""
-    h = hashlib.sha256()
-    for x in samples:
-        h.update(np.sort(np.asarray(x, dtype="<f8")).tobytes())
-        h.update(b"|")
-    return int.from_bytes(h.digest()[:8], "little")
-
-
-def bootstrap_max_t(samples: Sequence[np.ndarray], pairs: Sequence[tuple[int, int]], *,
-                    draws: int = BOOT_DRAWS, seed: int | None = None, chunk: int = 2_000) -> np.ndarray:
-    """Adjusted p-values of the bootstrap max-t step-down (Romano & Wolf, Econometrica 2005)
-    for "equal means" on each pair ``(i, j)`` of ``samples`` (each sample >= 2 runs).
-
-    t_ij = (x̄_i - x̄_j) / sqrt(s²_i/n_i + s²_j/n_j) (Welch's t; inf when both spreads are 0 and
-    the means differ, 0 when they are equal). Each draw resamples every sample's runs with
-    replacement, independently, and takes the centred statistic
-    t*_ij = ((x̄*_i - x̄_i) - (x̄*_j - x̄_j)) / sqrt(s*²_i/n_i + s*²_j/n_j). With the pairs
-    ordered by |t| descending (ties by position in ``pairs``), the r-th's adjusted p is
-    max_{s <= r} (1 + #{draws: max_{pairs ranked >= s} |t*| >= |t_s|(1 - 1e-12)}) / (1 + draws):
-    rejecting where it is <= alpha is the step-down procedure, whose family-wise error tends
-    to <= alpha whatever the samples' distributions (it estimates the joint law of the
-    pairs' t's, skewness included, rather than bounding it as Holm does).
-
-    Exact arithmetic: the scores go onto one integer grid (:func:`_integer_grid`), so every
-    resampled sum and sum of squares is exact and no draw depends on summation order; the
-    generator is ``numpy.random.default_rng`` seeded by ``seed``, by default one derived from
-    the scores (:func:`_data_seed`): the same scores give the same p-values on any machine."""
-    samples = [np.asarray(x, float) for x in samples]
-    out = np.full(len(pairs), np.nan)
-    if not pairs:
-        return out
-    sizes = [x.size for x in samples]
-    grid = _integer_grid(np.concatenate(samples), max(sizes))
-    zs = [np.sort(z) for z in np.split(grid, np.cumsum(sizes)[:-1])]  # draws independent of the runs' order
-    rng = np.random.default_rng(_data_seed(samples) if seed is None else seed)
-    k = len(samples)
-    mean, var = np.empty(k), np.empty(k)
-    mstar, vstar = np.empty((draws, k)), np.empty((draws, k))
-    for a, z in enumerate(zs):
-        n = z.size
-        s1, s2 = z.sum(), (z * z).sum()
-        mean[a], var[a] = s1 / n, (n * s2 - s1 * s1) / (n * (n - 1))
-        picked = z[rng.integers(0, n, size=(draws, n))]
-        s1, s2 = picked.sum(axis=1), (picked * picked).sum(axis=1)
-        mstar[:, a], vstar[:, a] = s1 / n, (n * s2 - s1 * s1) / (n * (n - 1))
-    i = np.array([p[0] for p in pairs])
-    j = np.array([p[1] for p in pairs])
-    n = np.array(sizes, float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        num, den = np.abs(mean[i] - mean[j]), var[i] / n[i] + var[j] / n[j]
-        t = np.where(den > 0, num / np.sqrt(np.where(den > 0, den, 1.0)), np.where(num > 0, np.inf, 0.0))
-    order = np.argsort(-t, kind="stable")
-    i, j, c = i[order], j[order], t[order] * (1 - 1e-12)
-    count = np.zeros(len(pairs))
-    for start in range(0, draws, chunk):
-        ms, vs = mstar[start:start + chunk] - mean, vstar[start:start + chunk]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            num, den = np.abs(ms[:, i] - ms[:, j]), vs[:, i] / n[i] + vs[:, j] / n[j]
-            ts = np.where(den > 0, num / np.sqrt(np.where(den > 0, den, 1.0)), np.where(num > 0, np.inf, 0.0))
-        # max over the pairs ranked at or below each place: a running max from the end.
-        tail = np.maximum.accumulate(ts[:, ::-1], axis=1)[:, ::-1]
-        count += np.count_nonzero(tail >= c, axis=0)
-    out[order] = np.maximum.accumulate((1 + count) / (1 + draws))
-    return out
-
-
 # ---------------------------------------------------------------------------- letters
 
 
@@ -501,11 +403,9 @@ def rank(
     ``scores``: per algorithm its runs' scores, or a (runs x algorithms) array with
     ``names`` (NaN: a missing run). Every pair with >= ``MIN_SEEDS`` runs each is tested
     (:func:`welch_p_values`; beyond ``EXACT_LIMIT`` relabellings, one stratum of
-    :func:`stratified_welch_p_values`), Holm over them at ``alpha``, and separated only where
-    the bootstrap max-t step-down over the same pairs (:func:`bootstrap_max_t`) rejects too;
-    with ``p_values`` given per sorted pair (the suite's stratified test), Holm over those
-    alone. A pair whose mean difference is at most its ``resolution`` (a number, or per sorted
-    pair) is never separated. See the module docstring."""
+    :func:`stratified_welch_p_values`; or ``p_values`` given per sorted pair);
+    Holm over them at ``alpha``; a pair whose mean difference is at most its ``resolution``
+    (a number, or per sorted pair) is never separated. See the module docstring."""
     if isinstance(scores, np.ndarray):
         if scores.ndim != 2 or names is None or len(names) != scores.shape[1]:
             raise ValueError(f"scores of shape {scores.shape}: give a (runs, algorithms) array and one name per column")
@@ -537,12 +437,6 @@ def rank(
             raw[drawn] = stratified_welch_p_values([([data[algos[tested[t][0]]]], [data[algos[tested[t][1]]]])
                                                     for t in drawn], alpha=alpha)
     adj = holm(raw) if len(tested) else np.array([])
-    if p_values is None and tested:
-        # Separated only where the bootstrap max-t step-down also rejects.
-        used = sorted({i for pair in tested for i in pair})
-        at = {i: u for u, i in enumerate(used)}
-        boot = bootstrap_max_t([data[algos[i]] for i in used], [(at[i], at[j]) for i, j in tested])
-        adj = np.where(np.isfinite(adj), np.maximum(adj, boot), adj)
     p = np.full((k, k), np.nan)
     q = np.full((k, k), np.nan)
     sep = np.zeros((k, k), bool)

@@ -1,7 +1,6 @@
 """Ranking as pure functions (eval/scoring/ranking.py): the Welch-t permutation test against a
-brute-force count, Holm, the bootstrap max-t step-down, positions, rank intervals and letters by
-hand, erratic against steady algorithms, and the family-wise error rate and power at 25
-algorithms x 10 seeds by simulation."""
+brute-force count, Holm, positions, rank intervals and letters by hand, erratic against steady
+algorithms, and the family-wise error rate and power at 25 algorithms x 10 seeds by simulation."""
 
 from __future__ import annotations
 
@@ -155,11 +154,12 @@ def test_an_erratic_algorithm_gets_a_wide_interval_among_steady_ones() -> None:
 @pytest.mark.slow
 def test_family_wise_error_and_power_at_25_algorithms_and_10_seeds() -> None:
     """25 algorithms x 10 seeds. Null: equal means, normal scores with spreads from 0.1 to
-    2.0: no board of 4 has a false separation (1 of 40 such boards in the larger runs of
-    docs/benchmark.md; skewed boards: see the next test). Power: means 0, 0.5, 1, ... standard
-    deviations apart (sd 1): pairs 1 sd apart are seldom separated, 2 sd apart about half the
-    time (0.47 in the larger run), 3 sd apart nearly always (0.96), 4 sd apart always; the
-    intervals cover the true ranks."""
+    2.0: no board of 4 has a false separation (0 of 20 such boards in the larger runs of
+    docs/benchmark.md). Skewed scores with spreads this far apart are the test's known weak
+    case (5 of 30 exponential boards had one there) and are not asserted here. Power: means 0,
+    0.5, 1, ... standard deviations apart (sd 1): pairs 1 sd apart are seldom separated, 2 sd
+    apart about half the time (0.64 in the larger run), 3 sd apart always; the intervals cover
+    the true ranks."""
     rng = np.random.default_rng(2024)
     names = [f"a{i:02d}" for i in range(25)]
     sd = np.linspace(0.1, 2.0, 25)
@@ -178,47 +178,7 @@ def test_family_wise_error_and_power_at_25_algorithms_and_10_seeds() -> None:
             gaps.setdefault(gap, []).append(bool(r.separated[i, j] or r.separated[j, i]))
     assert np.mean(gaps[2]) <= 0.3, np.mean(gaps[2])
     assert 0.3 <= np.mean(gaps[4]) <= 0.8, np.mean(gaps[4])
-    assert np.mean(gaps[6]) >= 0.85, np.mean(gaps[6])
-    assert np.mean(gaps[8]) == 1.0, np.mean(gaps[8])
-
-
-@pytest.mark.slow
-def test_family_wise_error_on_skewed_boards_with_unequal_spreads() -> None:
-    """24 boards of 25 algorithms x 10 seeds, equal means, spreads from 0.1 to 2.0, scores
-    mean + spread (E - 1), E ~ Exp(1), mirrored (-(E - 1)) on every other board: a steady
-    algorithm's sample sits, now and then, wholly above or below a wide, skewed one's (whose
-    mean and spread fall together), and the permutation test alone then gives its smallest p.
-    Holm over the Welch permutation p-values alone (the board's earlier rule) falsely separates
-    a pair on 8 of these boards; with the bootstrap max-t step-down required too, on none
-    (docs/benchmark.md: 5 of 120 such boards, 0.042 [0.014, 0.095], against 34 of 120)."""
-    rng = np.random.default_rng(11)
-    names = [f"a{i:02d}" for i in range(25)]
-    sd = np.linspace(0.1, 2.0, 25)
-    old = new = 0
-    for b in range(24):
-        e = rng.exponential(size=(10, 25)) - 1.0
-        r = ranking.rank(sd * (e if b % 2 == 0 else -e), names)
-        # The earlier rule: Holm over the Welch permutation p-values (r.p) alone.
-        old += bool((ranking.holm(r.p[np.triu_indices(25, 1)]) <= 0.05).any())
-        new += bool(r.separated.any())
-    assert old >= 6, old
-    assert new == 0, new
-
-
-def test_bootstrap_max_t_by_hand_and_deterministic() -> None:
-    rng = np.random.default_rng(4)
-    samples = [rng.normal(0.0, 1.0, 10), rng.normal(0.1, 0.2, 10), rng.normal(5.0, 1.0, 10)]
-    pairs = [(0, 1), (0, 2), (1, 2)]
-    p = ranking.bootstrap_max_t(samples, pairs)
-    # Far apart (0 and 1 against 2): no draw of the centred max reaches their |t| of 10 or more.
-    assert p[1] == p[2] == 1 / (1 + ranking.BOOT_DRAWS) and p[0] > 0.05
-    # The seed comes from the scores, so the
-    # runs' order and the array's identity do not matter; another seed moves p by Monte Carlo error.
-    assert (ranking.bootstrap_max_t([s[::-1].copy() for s in samples], pairs) == p).all()
-    assert abs(ranking.bootstrap_max_t(samples, pairs, seed=1)[0] - p[0]) < 0.02
-    # Constant samples: apart, t = inf (p = 1/(1 + draws)); equal, t = 0 (p = 1).
-    q = ranking.bootstrap_max_t([np.ones(5), np.zeros(5), np.zeros(5)], [(0, 1), (1, 2)])
-    assert q.tolist() == [1 / (1 + ranking.BOOT_DRAWS), 1.0]
+    assert np.mean(gaps[6]) >= 0.95, np.mean(gaps[6])
 
 
 def test_more_seeds_than_can_be_enumerated_are_drawn_with_stable_decisions() -> None:
