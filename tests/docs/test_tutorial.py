@@ -8,6 +8,9 @@ The tutorial's fenced blocks are run as written, in one temporary working folder
 * ```python file=NAME``` blocks are saved as NAME in the folder, not run;
 * ```python excerpt``` blocks (parts of repository files) and every other fence are shown only.
 
+``$BOARD`` names the repository's committed board, ``results/standard``, which the last
+section ranks a submission with (the text has the reader set it in their clone).
+
 Every run block is followed by a ```text output``` block: what it prints on stdout. The run
 checks it: each non-blank line of the block must occur among the printed lines, in the same
 order (other printed lines may come between), where ``...`` inside a line stands for any
@@ -82,7 +85,18 @@ EXPECTED_FILES: tuple[str, ...] = (
     "course_agent.py",
     "runs/custom/Grid/HazardFuel3x3-v0/course_agent_LagrangianBandit/seed_0/done.json",
     "runs/custom/leaderboard.md",
+    "my_algos.py",
+    "runs/Grid/HazardFuel3x3-v0/cell-bandit/seed_0/done.json",
+    "runs/mine/Grid/HazardFuel3x3-v0/cell-bandit/seed_9/done.json",
+    "runs/mine/results.csv",
+    "runs/board/plots/Grid_HazardFuel3x3-v0_curves.png",
+    "runs/board/leaderboard.html",
+    "runs/board/runs.csv",
 )
+
+#: The committed board that the tutorial's last section ranks a submission with, as ``$BOARD``
+#: (the text has the reader set it to ``results/standard`` in their clone).
+BOARD = REPO / "results" / "standard"
 
 _FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 #: ``~x`` in an output block: a number from training, matched within the block's tolerance.
@@ -209,7 +223,7 @@ THREAD_COUNTS: tuple[int, ...] = (1, 2)
 
 def tutorial_env(threads: int = 1) -> dict[str, str]:
     """The environment of the tutorial's commands: this venv first on PATH, ``threads`` BLAS
-    threads, no display."""
+    threads, no display, ``BOARD`` the repository's committed board."""
     env = dict(os.environ)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     for var in THREAD_VARIABLES:
@@ -217,6 +231,7 @@ def tutorial_env(threads: int = 1) -> dict[str, str]:
     env["MPLBACKEND"] = "Agg"
     env["PYTHONUNBUFFERED"] = "1"
     env.pop("PYTHONPATH", None)  # the tutorial sets it where it needs it
+    env["BOARD"] = str(BOARD)
     env.pop("CGRPO_PROGRESS_FLUSH_S", None)
     return env
 
@@ -242,12 +257,13 @@ def test_tutorial_blocks_are_parsed() -> None:
     run = [b for b in blocks if b.runs]
     files = [b.file for b in blocks if b.file]
     assert len(run) >= 10, [b.info for b in blocks]
-    assert files == ["course_env.py", "course_agent.py"]
+    assert files == ["course_env.py", "course_agent.py", "my_algos.py"]
     commands = "\n".join(b.text for b in run if b.lang == "bash")
     for cmd in ("cgrpo envs --family gridworld", "cgrpo check Grid/HazardFuel3x3-v0", "cgrpo train ",
                 "python -m constrained_grpo.eval.studies.coupling demo --out", "cgrpo bench --preset coupling",
                 "python -m constrained_grpo.eval.studies.coupling analyze", "cgrpo bench --preset demo",
-                "cgrpo leaderboard ", "--explain", "cgrpo plot "):
+                "cgrpo leaderboard ", "--explain", "cgrpo plot ", "cgrpo bench --preset standard",
+                "--add runs/mine/results.csv", "--highlight cell-bandit"):
         assert cmd in commands, f"docs/tutorial.md no longer runs {cmd!r}"
     # Every block is either run, saved, or explicitly marked as shown only.
     for b in blocks:
@@ -371,6 +387,8 @@ def test_tutorial_links_resolve() -> None:
 SWEEP_COMMANDS: tuple[str, ...] = (
     "cgrpo bench", "python -m constrained_grpo.eval.studies.coupling analyze", "cgrpo leaderboard runs/bench",
     "cgrpo plot runs/bench",
+    # The last section's submission: its table and the board it joins read the bench's runs.
+    "cgrpo leaderboard runs/mine", "cgrpo plot $BOARD", "cgrpo leaderboard $BOARD",
     # The 200,000-step run and the files it writes: the 20,000-step runs of the multiplier
     # section print a training run's ~numbers too, at a tenth of the CPU.
     "cgrpo train Grid/HazardFuel3x3-v0 cgrpo --steps 200000", "cut -d, -f1-8 runs/Grid/", "head -4 runs/Grid/",
