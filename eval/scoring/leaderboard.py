@@ -57,6 +57,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import ranking, stats
+from constrained_grpo.eval.scoring.binding import board_binding
 from constrained_grpo.eval.scoring.deployment import (DEPLOYMENT_COLUMNS, deployment_table, last_iterate_runs,
                                                       suite_deployment_table)
 from constrained_grpo.eval import storage
@@ -553,14 +554,12 @@ def _binding_note(task: str, runs: pd.DataFrame) -> str:
     """What the board's own runs of ``task`` (every run, references included) say of the
     :class:`~constrained_grpo.envs.registration.Binding` the task declares: its unconstrained
     stand-ins' breaking seeds and its keepers' seeds within every limit
-    (:func:`~constrained_grpo.eval.studies.binding.board_binding`); "" where it declares none
+    (:func:`~constrained_grpo.eval.scoring.binding.board_binding`); "" where it declares none
     or none of them ran."""
     info = _registered_info(task)
     binding = info.task_binding() if info is not None and hasattr(info, "task_binding") else None
     if binding is None:
         return ""
-    from constrained_grpo.eval.studies.binding import board_binding
-
     binds, sentence = board_binding(runs, binding)
     if binds is None:
         return ""

@@ -146,7 +146,7 @@ def test_the_study_prints_one_json_object_per_task_and_fails_on_a_failing_task(c
 def test_the_boards_own_runs_say_whether_its_limits_bind():
     from constrained_grpo.envs.registration import Binding
 
-    from constrained_grpo.eval.studies.binding import board_binding
+    from constrained_grpo.eval.scoring.binding import board_binding
 
     def runs(**verdicts: list[str]) -> pd.DataFrame:
         return pd.DataFrame([{"algo": a, "feasibility": v} for a, vs in verdicts.items() for v in vs])
