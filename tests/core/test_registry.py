@@ -42,11 +42,11 @@ def test_register_twice_same_is_noop_different_is_error():
 
 
 def test_dotted_path_and_unknown(tmp_path, monkeypatch):
-    (tmp_path / "my_algos.py").write_text(
+    (tmp_path / "registry_dotted_algos.py").write_text(
         "def make(env_id, seed=0, **config):\n    return ('made', env_id, seed, config)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert make_agent("my_algos:make", "T", seed=1, lr=0.1) == ("made", "T", 1, {"lr": 0.1})
+    assert make_agent("registry_dotted_algos:make", "T", seed=1, lr=0.1) == ("made", "T", 1, {"lr": 0.1})
     assert load_entry_point("math:sqrt")(4.0) == 2.0
     with pytest.raises(KeyError, match="unknown algorithm 'nope'.*registered"):
         make_agent("nope", "T")
