@@ -139,6 +139,14 @@ class GRPOConfig:
     """Snapshots of the ``tail-mixture``."""
     deploy_alpha: float = 0.05
     """One-sided level of ``best-feasible``'s bound on a candidate's batch costs."""
+    deploy_shortlist: int = 5
+    """``best-feasible``'s candidates validated after training: the top batch returns among
+    those passing the screen (CPU parameter copies)."""
+    deploy_validation_episodes: int = 200
+    """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
+    on which each shortlisted candidate is played after training; the one deployed has the
+    highest validation return among those whose exact bounds, simultaneous over the shortlist
+    and the costs, are within every limit (else the last iterate). 0: no validation."""
     policy_optimism: float = 0.0
     """beta of the optimistic policy step: after the iteration's update ``Delta_t`` of the
     parameters, ``theta <- theta + beta (Delta_t - Delta_{t-1})``; ``beta = 1`` is
@@ -215,7 +223,8 @@ class GRPOConfig:
             raise ValueError(
                 f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or null: kl_coef for every sample)"
             )
-        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha, self.deploy_shortlist,
+                     self.deploy_validation_episodes)
         if self.ref_update_every < 0 or self.num_threads < 0:
             raise ValueError("ref_update_every and num_threads must be >= 0")
         if any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
