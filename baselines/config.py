@@ -166,11 +166,12 @@ class PPOConfig:
     deploy_shortlist: int = 5
     """``best-feasible``'s candidates validated after training: the top batch returns among
     those passing the screen (CPU parameter copies)."""
-    deploy_validation_episodes: int = 200
+    deploy_validation_episodes: int | None = None
     """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
     on which each shortlisted candidate is played after training; the one deployed has the
     highest validation return among those whose exact bounds, simultaneous over the shortlist
-    and the costs, are within every limit (else the last iterate). 0: no validation."""
+    and the costs, are within every limit (else the last iterate). None: one per 200 episodes
+    trained, 200 to 5000 (``constrained_grpo.deploy.validation_size``); 0: no validation."""
 
     def __post_init__(self) -> None:
         coerce_fields(self)

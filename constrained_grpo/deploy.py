@@ -10,23 +10,49 @@ can cycle out of them (ReLOAD, arXiv 2302.01275). Two cheap remedies need no cha
 training, only snapshots of the policy taken as it trains, one candidate per iteration (a
 GRPO batch, an SB3 rollout), the policy that collected that iteration's data:
 
-* ``best-feasible``: the candidate with the highest batch return among those whose batch
-  costs are *shown* within the limits: for every cost k the one-sided ``1 - alpha`` upper
-  bound (:data:`SELECTION_ALPHA` = 0.05) of its mean is at most ``d_k``. Episodes that share a
-  start are not independent, so the bound treats the batch's ``G`` per-start group means
-  ``c_1..c_G`` as the samples::
+* ``best-feasible``: a screen on each candidate's own batch, then a held-out validation of the
+  best few. The screen: for every cost k the one-sided ``1 - alpha`` upper bound
+  (:data:`SELECTION_ALPHA` = 0.05, ``deploy_alpha``) of the batch's mean is at most ``d_k``.
+  Episodes that share a start are not independent, so the bound treats the batch's ``G``
+  per-start group means ``c_1..c_G`` as the samples::
 
       U_k = mean(c) + t_{G-1, 1-alpha} * sd(c) / sqrt(G)        (U_k = +inf for G < 2)
 
   A GRPO batch of 16 starts x 16 copies is 16 samples, not 256; an SB3 rollout's finished
   episodes each start afresh (groups of one; an episode that began in the rollout before
   counts for the one it ends in, and a rollout that ends fewer than 2 episodes is no
-  candidate). A batch whose mean is under the limit only
-  because it was lucky, with a large spread between starts, is rejected; where nothing
-  qualifies the last iterate is deployed. The bound is per candidate and per cost (not
-  simultaneous over the run's iterations): it removes the batches whose own data cannot
-  carry the claim, and the selected candidate's bound is recorded so that its evaluation can
-  be checked against it.
+  candidate). The screen is per candidate and cheap, but the candidate with the top batch
+  return among the hundreds that pass it is optimistic (a winner's curse: its batch was
+  likely lucky, and 16 starts that all saw no violation bound an indicator's rate by 0).
+
+  The validation: the ``M`` (:data:`SHORTLIST` = 5, ``deploy_shortlist``) candidates with
+  the highest batch returns among those passing the screen are kept (CPU copies), and at the
+  end of each ``learn`` call each of the ``m <= M`` is played with the learner's own sampled
+  policy on the same ``V`` held-out episodes (``deploy_validation_episodes``; by default
+  :func:`validation_size`, ``V = ceil(E / 200)`` for the ``E`` episodes trained, within
+  [200, 5000], so that the ``m + 1 <= 6`` policies played cost at most 3% of training's
+  episodes above the floor), episode ``i`` reset with seed
+  ``VALIDATION_SEED + i`` (:data:`VALIDATION_SEED` = 2^63 - 500,000: above every seed the
+  harness evaluates, public from 1,000,000 or private from below 2^63 - 10^6, each fewer than
+  480,000 episodes, and every seed training draws) and acting on
+  ``constrained_grpo.sampling.episode_uniforms`` as the harness's sampled evaluation does
+  (the same episodes, and no training stream is drawn from). Each cost k of candidate j gets
+  an exact one-sided bound at level ``a = alpha / ((m + 1) K)`` (Bonferroni over the
+  candidates, the last iterate and the costs)::
+
+      indicator cost, x of V episodes violate:   U_jk = Beta^{-1}(1 - a; x + 1, V - x)   (1 if x = V)
+      any other cost:                            U_jk = mean + t_{V-1, 1-a} s' / sqrt(V),
+                                                 s' = max(s, c(d_k) / sqrt(V)), c(d) = d or 1 if d = 0
+
+  (Clopper-Pearson; Student's t with the harness verdict's floor, so no spread never
+  certifies alone). The deployed policy is the candidate with the highest validation mean
+  return among those with every ``U_jk <= d_k``; where none has, the last iterate, itself
+  validated on the same episodes. The candidates are fixed before the validation episodes
+  are drawn, so with probability at least ``1 - alpha`` every recorded bound holds at once,
+  the deployed policy's included whichever it is (for indicator costs exactly, for the others
+  up to the t approximation). ``deploy_validation_episodes = 0`` turns the validation off:
+  the screen's top candidate is deployed (runs recorded before the validation existed).
+  Cost: ``(m + 1) V`` episodes at most after training.
 * ``tail-mixture``: the average iterate made deployable. The average iterate is scored on the
   last ``m = ceil(0.2 T)`` of a run's ``T`` iterations (``metrics.tail_length``), each
   iteration weighing the same; the mixture keeps ``n`` of those iterations' policies, evenly
@@ -36,9 +62,15 @@ GRPO batch, an SB3 rollout), the policy that collected that iteration's data:
   mean of its members', the average iterate's up to the grid of ``n`` members, and each
   episode is still a function of its reset seed.
 
-``last`` (the default) deploys the last iterate. Memory: ``best-feasible`` holds one copy of
-the parameters, ``tail-mixture`` the iterations from :data:`BUFFER_FROM` of the budget on
-(then ``n``).
+``last`` (the default) deploys the last iterate. Memory: ``best-feasible`` holds ``M`` copies
+of the parameters (one without validation), ``tail-mixture`` the iterations from
+:data:`BUFFER_FROM` of the budget on (then ``n``). ``done.json["deployed"]`` (the keeper's
+:meth:`FinalPolicyKeeper.state`) records a ``best-feasible`` run's deployed iteration with its
+screen (``best_return``, ``best_iteration``, ``cost_mean``, ``cost_bound``, ``groups``,
+``alpha``; None where the last iterate is deployed), the shortlist, and ``validation``: the
+episodes, first and last seed, level, each candidate's validation return, mean costs, bounds
+and verdict, and the deployed policy's (``deployed``: its iteration or ``"last"``;
+``return_mean``, ``cost_mean``, ``cost_bound``: the bound its evaluation is checked against).
 """
 
 from __future__ import annotations
@@ -54,7 +86,7 @@ from scipy import stats
 from constrained_grpo.sampling import episode_uniforms, noise_dims
 
 __all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES", "SELECTION_ALPHA", "SHORTLIST",
-           "VALIDATION_EPISODES", "VALIDATION_SEED", "FinalPolicyKeeper", "PlayFn", "check_deploy", "cost_upper_bound",
+           "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX", "VALIDATION_SEED", "VALIDATION_SHARE", "validation_size", "FinalPolicyKeeper", "PlayFn", "check_deploy", "cost_upper_bound",
            "load_params", "member_rows", "params_of", "play_episodes", "upgrade_recorded", "validation_bounds",
            "validation_seeds"]
 
@@ -68,8 +100,15 @@ LEGACY_DEPLOY_KEYS: dict[str, str] = {"final_policy": "deploy", "final_snapshots
 SELECTION_ALPHA = 0.05
 #: Candidates (the top batch returns among those passing the screen) validated at the end of training.
 SHORTLIST = 5
-#: Held-out validation episodes per shortlisted candidate (0: no validation, the screen alone).
+#: Held-out validation episodes per shortlisted candidate where ``deploy_validation_episodes``
+#: is None (the default): ``ceil(E / VALIDATION_SHARE)`` for E episodes trained so far, clipped
+#: to ``[VALIDATION_EPISODES, VALIDATION_EPISODES_AUTO_MAX]`` (0 turns the validation off).
 VALIDATION_EPISODES = 200
+#: Training episodes per validation episode of one candidate (the shortlist and the last
+#: iterate together play at most ``(M + 1) / 200``, 3%, of training's episodes above the floor).
+VALIDATION_SHARE = 200
+#: The most validation episodes per candidate the default size gives.
+VALIDATION_EPISODES_AUTO_MAX = 5000
 #: Reset seed of validation episode 0 (episode i: ``VALIDATION_SEED + i``), ``2^63 - 500,000``:
 #: above every seed an evaluation can use (the public one from 1,000,000, a private one from
 #: below ``2^63 - 10^6``; each fewer than 480,000 episodes) and every seed training draws
@@ -85,7 +124,7 @@ BUFFER_FROM = 0.6
 
 
 def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA, shortlist: Any = SHORTLIST,
-                 validation_episodes: Any = VALIDATION_EPISODES) -> None:
+                 validation_episodes: Any = None) -> None:
     """One-line ``ValueError`` naming a bad ``deploy``, ``deploy_snapshots``, ``deploy_alpha``,
     ``deploy_shortlist`` or ``deploy_validation_episodes`` value and the fix."""
     if rule not in DEPLOY_RULES:
@@ -96,10 +135,11 @@ def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA, s
         raise ValueError(f"deploy_alpha={alpha!r} must lie in (0, 1), e.g. 0.05 (a one-sided 95% bound)")
     if not (isinstance(shortlist, int) and not isinstance(shortlist, bool) and shortlist >= 1):
         raise ValueError(f"deploy_shortlist={shortlist!r} must be an integer >= 1 (candidates validated, e.g. {SHORTLIST})")
-    if not (isinstance(validation_episodes, int) and not isinstance(validation_episodes, bool)
+    if validation_episodes is not None and not (
+            isinstance(validation_episodes, int) and not isinstance(validation_episodes, bool)
             and (validation_episodes == 0 or 2 <= validation_episodes <= MAX_VALIDATION_EPISODES)):
-        raise ValueError(f"deploy_validation_episodes={validation_episodes!r} must be 0 (no validation) or an integer "
-                         f"in [2, {MAX_VALIDATION_EPISODES:,}], e.g. {VALIDATION_EPISODES}")
+        raise ValueError(f"deploy_validation_episodes={validation_episodes!r} must be null (sized by the training), 0 (no "
+                         f"validation) or an integer in [2, {MAX_VALIDATION_EPISODES:,}], e.g. {VALIDATION_EPISODES}")
 
 
 def upgrade_recorded(resolved: Any) -> Any:
@@ -133,7 +173,7 @@ def upgrade_recorded(resolved: Any) -> Any:
         if out["deploy"] != "best-feasible":
             out.setdefault("deploy_alpha", SELECTION_ALPHA)
             out.setdefault("deploy_shortlist", SHORTLIST)
-            out.setdefault("deploy_validation_episodes", VALIDATION_EPISODES)
+            out.setdefault("deploy_validation_episodes", None)
         elif "deploy_validation_episodes" not in out:
             out.setdefault("deploy_shortlist", 1)
             out["deploy_validation_episodes"] = 0
@@ -156,6 +196,15 @@ def cost_upper_bound(group_costs: np.ndarray, alpha: float = SELECTION_ALPHA) ->
         return np.full(c.shape[1], math.inf)
     t = float(stats.t.ppf(1.0 - alpha, g - 1))
     return np.round(c.mean(axis=0) + t * c.std(axis=0, ddof=1) / math.sqrt(g), 9)
+
+
+def validation_size(episodes_trained: int) -> int:
+    """Validation episodes per candidate by default: ``ceil(E / VALIDATION_SHARE)`` for ``E``
+    training episodes, within ``[VALIDATION_EPISODES, VALIDATION_EPISODES_AUTO_MAX]`` (200 to
+    5000): a fixed share of the training's episodes, so the validation's cost follows the
+    run's (a gridworld run of 2M steps trains about 180,000 episodes: 900 per candidate; a
+    Highway run of 300k steps about 10,000: the floor, 200)."""
+    return int(min(VALIDATION_EPISODES_AUTO_MAX, max(VALIDATION_EPISODES, -(-int(episodes_trained) // VALIDATION_SHARE))))
 
 
 def validation_seeds(episodes: int) -> np.ndarray:
@@ -237,14 +286,17 @@ class FinalPolicyKeeper:
     deployed), ``indicators`` saying which costs are indicators (Clopper-Pearson)."""
 
     def __init__(self, rule: str, limits: np.ndarray, snapshots: int = 10, alpha: float = SELECTION_ALPHA,
-                 shortlist: int = 1, validation_episodes: int = 0, indicators: Any = None):
+                 shortlist: int = 1, validation_episodes: int | None = 0, indicators: Any = None):
         check_deploy(rule, snapshots, alpha, shortlist, validation_episodes)
         self.rule = rule
         self.limits = np.asarray(limits, dtype=np.float64)
         self.n = snapshots
         self.alpha = float(alpha)
         self.shortlist_size = int(shortlist)
-        self.validation_episodes = int(validation_episodes)
+        #: Episodes per candidate (None: :func:`validation_size` of the episodes trained).
+        self.validation_episodes = None if validation_episodes is None else int(validation_episodes)
+        #: Training episodes observed (every learn call), which size a default validation.
+        self.episodes_seen = 0
         self.indicators = np.zeros(len(self.limits), dtype=bool) if indicators is None else np.asarray(indicators, dtype=bool)
         if self.indicators.shape != self.limits.shape:
             raise ValueError(f"indicators {self.indicators.tolist()} do not match the {len(self.limits)} limit(s)")
@@ -273,7 +325,7 @@ class FinalPolicyKeeper:
     @property
     def validates(self) -> bool:
         """Whether :meth:`finish` plays the shortlist's candidates on held-out episodes."""
-        return self.rule == "best-feasible" and self.validation_episodes > 0
+        return self.rule == "best-feasible" and self.validation_episodes != 0
 
     def begin(self, start_steps: int, target_steps: int) -> None:
         """A ``learn`` call from ``start_steps`` to ``target_steps`` (the mixture of a new call is
@@ -284,13 +336,14 @@ class FinalPolicyKeeper:
         self._buffer_from = start_steps + BUFFER_FROM * (target_steps - start_steps)
 
     def observe(self, params: list[torch.Tensor] | None, steps_before: int, steps_after: int,
-                batch_return: float, group_costs: np.ndarray, iteration: int) -> None:
+                batch_return: float, group_costs: np.ndarray, iteration: int, episodes: int | None = None) -> None:
         """The batch collected by ``params`` (the policy before this iteration's update) spanned
         env steps ``[steps_before, steps_after)``, with mean return ``batch_return`` and per-start
         group mean costs ``group_costs`` ``(G, K)`` (one row per start; an episode of its own is a
-        group of one)."""
+        group of one), ``episodes`` episodes in all (None: one per row)."""
         if params is None:
             return
+        self.episodes_seen += int(len(np.asarray(group_costs)) if episodes is None else episodes)
         if self.rule == "best-feasible":
             costs = np.asarray(group_costs, dtype=np.float64).reshape(-1, len(self.limits))
             if not math.isfinite(batch_return) or len(costs) == 0:
@@ -348,7 +401,8 @@ class FinalPolicyKeeper:
         self._buffer = []
 
     def _validate(self, play: PlayFn) -> None:
-        v, k = self.validation_episodes, len(self.limits)
+        v = validation_size(self.episodes_seen) if self.validation_episodes is None else self.validation_episodes
+        k = len(self.limits)
         seeds = validation_seeds(v)
         # Bonferroni over the m candidates and the last iterate (any of them may be deployed)
         # and the K costs: every recorded bound holds at once with probability >= 1 - alpha.
@@ -421,6 +475,7 @@ class FinalPolicyKeeper:
                         "best_iteration": self.best_iteration, "cost_mean": self.best_cost_mean,
                         "cost_bound": self.best_cost_bound, "groups": self.best_groups, "alpha": self.alpha})
             if self.validates:
+                out["episodes_seen"] = self.episodes_seen
                 out["shortlist"] = [c[1] for c in self.shortlist]
                 out["validation"] = self.validation
         return out
@@ -435,6 +490,7 @@ class FinalPolicyKeeper:
         self.best_cost_bound = state.get("cost_bound")
         self.best_groups = state.get("groups")
         self.validation = state.get("validation")
+        self.episodes_seen = int(state.get("episodes_seen", 0))
         self._loaded_records = [dict(r) for r in state.get("shortlist") or []]
         self._join_shortlist()
 

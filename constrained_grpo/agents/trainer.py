@@ -235,7 +235,7 @@ class GRPOTrainer:
         self.env_steps += int(batch.env_steps)
         # The starts are the independent samples: each group's mean cost ``(P, K)``.
         self.final.observe(collected, steps_before, self.env_steps, float(x[..., 0].mean()), x[..., 1:].mean(axis=1),
-                           self.iteration)
+                           self.iteration, episodes=x.shape[0] * x.shape[1])
         self.wall_s += t_end - t0
         record: dict[str, Any] = {
             "iteration": self.iteration,

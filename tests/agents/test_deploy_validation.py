@@ -17,6 +17,7 @@ from constrained_grpo.deploy import (
     FinalPolicyKeeper,
     validation_bounds,
     validation_seeds,
+    validation_size,
 )
 from constrained_grpo.eval.evaluation import EVAL_SEED, evaluate_agent
 from constrained_grpo.tasks import known_task_ids, task_info
@@ -142,10 +143,21 @@ def test_validation_seeds_are_disjoint_from_every_evaluation_and_from_training()
     assert 2**31 < VALIDATION_SEED
 
 
+def test_the_default_validation_size_is_a_share_of_the_training():
+    """ceil(E / 200) for E episodes trained, within [200, 5000]."""
+    assert [validation_size(e) for e in (0, 40_000, 40_001, 180_000, 10**6, 10**7)] == [200, 200, 201, 900, 5000, 5000]
+    keeper = FinalPolicyKeeper("best-feasible", LIMITS, shortlist=3, validation_episodes=None, indicators=INDICATORS)
+    seen: list = []
+    for it in range(300):  # 300 batches of 16 starts x 64 episodes: 307,200 episodes, 1536 per candidate
+        keeper.observe(_p(float(it)), 0, 1, 0.0, np.zeros((16, 2)), it + 1, episodes=1024)
+    keeper.finish(lambda params, seeds: seen.append(len(seeds)) or (np.zeros(len(seeds)), np.zeros((len(seeds), 2))))
+    assert keeper.episodes_seen == 307_200 and seen == [1536] * 3 and keeper.state()["validation"]["episodes"] == 1536
+
+
 def test_bad_options_are_refused_in_one_line():
     with pytest.raises(ValueError, match=r"deploy_shortlist=0 must be an integer >= 1"):
         GRPOAgent(TASK, preset="quick", deploy="best-feasible", deploy_shortlist=0)
-    with pytest.raises(ValueError, match=r"deploy_validation_episodes=1 must be 0 \(no validation\) or an integer"):
+    with pytest.raises(ValueError, match=r"deploy_validation_episodes=1 must be null \(sized by the training\), 0 \(no validation\) or an integer"):
         GRPOAgent(TASK, preset="quick", deploy="best-feasible", deploy_validation_episodes=1)
     with pytest.raises(ValueError, match=r"deploy_validation_episodes=200000"):
         GRPOAgent(TASK, preset="quick", deploy_validation_episodes=200_000)
@@ -182,13 +194,15 @@ def test_a_trained_agent_records_its_validation_and_it_is_the_harness_sampled_ev
     dep = trained.deployment
     v = dep["validation"]
     print(json.dumps({k: v[k] for k in v if k != "candidates"}))
-    assert v["episodes"] == 200 and len(v["candidates"]) == len(dep["shortlist"]) <= 5
+    # One validation episode per 200 trained: 1043 iterations of 8 x 8 episodes give 334.
+    assert dep["episodes_seen"] == trained.trainer.iteration * trained.config.num_samples == 66_752
+    assert v["episodes"] == validation_size(66_752) == 334 and len(v["candidates"]) == len(dep["shortlist"]) <= 5
     assert v["level"] == pytest.approx(0.05 / ((len(v["candidates"]) + 1) * 2))
     chosen = v if v["deployed"] == "last" else next(c for c in v["candidates"] if c["iteration"] == v["deployed"])
     assert v["cost_bound"] == chosen["cost_bound"]
     if v["deployed"] != "last":
         assert all(u <= d for u, d in zip(v["cost_bound"], trained.trainer.final.limits))
-    results, _ = evaluate_agent(trained, TASK, episodes=200, first_seed=VALIDATION_SEED)
+    results, _ = evaluate_agent(trained, TASK, episodes=v["episodes"], first_seed=VALIDATION_SEED)
     sampled = results["sampled"]
     assert v["cost_mean"] == pytest.approx(sampled.costs.mean(axis=0).tolist(), abs=1e-6)
     assert v["return_mean"] == pytest.approx(float(sampled.returns.mean()), abs=1e-6)

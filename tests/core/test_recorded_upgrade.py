@@ -54,7 +54,7 @@ def test_nested_learner_configs_are_upgraded_too():
     nested = {"kind": "reference", "config": {"algo": "grpo", "config": {"num_groups": 8, "final_policy": "last"}}}
     inner = upgrade_recorded(nested)["config"]["config"]
     assert inner == {"num_groups": 8, "closed_form": True, "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05,
-                     "deploy_shortlist": 5, "deploy_validation_episodes": 200}
+                     "deploy_shortlist": 5, "deploy_validation_episodes": None}
     assert upgrade_recorded({"kind": "reference", "config": {"policy": "random"}}) == {
         "kind": "reference", "config": {"policy": "random"}}
 
@@ -68,7 +68,7 @@ def test_best_feasible_runs_recorded_before_the_validation_read_as_unvalidated()
     assert upgrade_recorded(recorded["algo"]["resolved"])["config"]["deploy_validation_episodes"] == 0
     assert upgrade_recorded(recorded["algo"]["resolved"])["config"]["deploy_shortlist"] == 1
     changed = RunSpec(TASK, "cgrpo-best", 0, 1000).difference(recorded)
-    assert changed is not None and "deploy_validation_episodes: 0 -> 200" in changed and "deploy_shortlist: 1 -> 5" in changed
+    assert changed is not None and "deploy_validation_episodes: 0 -> None" in changed and "deploy_shortlist: 1 -> 5" in changed
     off = _as_recorded(resolve_config("cgrpo-best", TASK, deploy_validation_episodes=0, deploy_shortlist=1))
     assert upgrade_recorded(recorded["algo"]["resolved"]) == off
     for algo in ("cgrpo", "cgrpo-mix"):
