@@ -55,13 +55,13 @@ from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
 from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
-from constrained_grpo.deploy import FinalPolicyKeeper, load_params, member_rows, params_of
+from constrained_grpo.deploy import FinalPolicyKeeper, load_params, member_rows, params_of, play_episodes
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult, register_agent
 from constrained_grpo.sampling import categorical_from_uniform, episode_choice, gaussian_from_uniform
-from constrained_grpo.tasks import make_env, rollout_episodes, task_info
+from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 from constrained_grpo.wrappers import RecordEpisodeCost
 
 __all__ = [
@@ -387,24 +387,40 @@ class BaselineAgent:
     def final(self) -> FinalPolicyKeeper:
         """The snapshots the ``deploy`` rule keeps (one candidate per rollout)."""
         if self._final is None:
-            self._final = FinalPolicyKeeper(self.config.deploy, np.array([c.limit for c in self.constraints], dtype=np.float64),
-                                            self.config.deploy_snapshots, self.config.deploy_alpha)
+            cfg = self.config
+            self._final = FinalPolicyKeeper(cfg.deploy, np.array([c.limit for c in self.constraints], dtype=np.float64),
+                                            cfg.deploy_snapshots, cfg.deploy_alpha, cfg.deploy_shortlist,
+                                            cfg.deploy_validation_episodes, [c.indicator for c in self.constraints])
         return self._final
+
+    def _snapshot_policy(self, params: list[th.Tensor]) -> Any:
+        """An SB3 policy holding the snapshot ``params``: rebuilt from its constructor arguments,
+        as SB3's own policy load does (a deepcopy trips over the non-leaf tensors some policies cache)."""
+        live = self.model.policy
+        policy = type(live)(**live._get_constructor_parameters()).to(live.device)
+        policy.set_training_mode(False)
+        load_params(policy, params)
+        return policy
+
+    def _play_snapshot(self, params: list[th.Tensor] | None, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``best-feasible``'s validation (:data:`constrained_grpo.deploy.PlayFn`): the sampled
+        policy with the snapshot ``params`` (None: the live policy) on the task's vector env, as
+        the harness evaluates it (``act_batch``'s draws; no generator is drawn from)."""
+        policy = self.model.policy if params is None else self._snapshot_policy(params)
+        wrap = getattr(self, "wrap_eval_vec_env", None)  # a policy that acts on an augmented observation (Saute)
+
+        def make_vec(b: int) -> Any:
+            vec = make_vec_env(self.env_id, b, **self.config.env_kwargs)
+            return wrap(vec) if callable(wrap) else vec
+
+        return play_episodes(make_vec, lambda obs, u: self._act_batch(policy, obs, False, u), seeds, self.num_constraints)
 
     def deployed_policies(self) -> list[Any]:
         """The SB3 policies deployed: ``[model.policy]`` for the last iterate (and where a rule
         found nothing to keep), else copies holding the kept snapshots."""
         if self._deployed is None:
             kept = self.final.deployed()
-            self._deployed = [self.model.policy] if not kept else []
-            live = self.model.policy
-            for params in kept:
-                # Rebuilt from its constructor arguments, as SB3's own policy load does (a
-                # deepcopy trips over the non-leaf tensors some policies cache).
-                policy = type(live)(**live._get_constructor_parameters()).to(live.device)
-                policy.set_training_mode(False)
-                load_params(policy, params)
-                self._deployed.append(policy)
+            self._deployed = [self.model.policy] if not kept else [self._snapshot_policy(params) for params in kept]
         return self._deployed
 
     @property
@@ -460,7 +476,10 @@ class BaselineAgent:
             self.model.learn(total_env_steps, callback=callback, reset_num_timesteps=False, log_interval=1)
         finally:
             self._wall_s += time.perf_counter() - callback._start
-        self.final.finish()
+        t0 = time.perf_counter()  # best-feasible's validation, after training: its time is recorded with it
+        self.final.finish(self._play_snapshot)
+        if self.final.validates and self.final.validation is not None:
+            self.final.validation["wall_s"] = round(time.perf_counter() - t0, 3)
         self._deployed, self._choices = None, None
         return self
 

@@ -163,6 +163,15 @@ class PPOConfig:
     """Snapshots of the ``tail-mixture``."""
     deploy_alpha: float = 0.05
     """One-sided level of ``best-feasible``'s bound on a candidate's rollout costs."""
+    deploy_shortlist: int = 5
+    """``best-feasible``'s candidates validated after training: the top batch returns among
+    those passing the screen (CPU parameter copies)."""
+    deploy_validation_episodes: int | None = None
+    """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
+    on which each shortlisted candidate is played after training; the one deployed has the
+    highest validation return among those whose exact bounds, simultaneous over the shortlist
+    and the costs, are within every limit (else the last iterate). None: one per 200 episodes
+    trained, 200 to 5000 (``constrained_grpo.deploy.validation_size``); 0: no validation."""
 
     def __post_init__(self) -> None:
         coerce_fields(self)
@@ -188,7 +197,8 @@ class PPOConfig:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
-        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha)
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha, self.deploy_shortlist,
+                     self.deploy_validation_episodes)
 
     def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
         """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to

@@ -10,23 +10,49 @@ can cycle out of them (ReLOAD, arXiv 2302.01275). Two cheap remedies need no cha
 training, only snapshots of the policy taken as it trains, one candidate per iteration (a
 GRPO batch, an SB3 rollout), the policy that collected that iteration's data:
 
-* ``best-feasible``: the candidate with the highest batch return among those whose batch
-  costs are *shown* within the limits: for every cost k the one-sided ``1 - alpha`` upper
-  bound (:data:`SELECTION_ALPHA` = 0.05) of its mean is at most ``d_k``. Episodes that share a
-  start are not independent, so the bound treats the batch's ``G`` per-start group means
-  ``c_1..c_G`` as the samples::
+* ``best-feasible``: a screen on each candidate's own batch, then a held-out validation of the
+  best few. The screen: for every cost k the one-sided ``1 - alpha`` upper bound
+  (:data:`SELECTION_ALPHA` = 0.05, ``deploy_alpha``) of the batch's mean is at most ``d_k``.
+  Episodes that share a start are not independent, so the bound treats the batch's ``G``
+  per-start group means ``c_1..c_G`` as the samples::
 
       U_k = mean(c) + t_{G-1, 1-alpha} * sd(c) / sqrt(G)        (U_k = +inf for G < 2)
 
   A GRPO batch of 16 starts x 16 copies is 16 samples, not 256; an SB3 rollout's finished
   episodes each start afresh (groups of one; an episode that began in the rollout before
   counts for the one it ends in, and a rollout that ends fewer than 2 episodes is no
-  candidate). A batch whose mean is under the limit only
-  because it was lucky, with a large spread between starts, is rejected; where nothing
-  qualifies the last iterate is deployed. The bound is per candidate and per cost (not
-  simultaneous over the run's iterations): it removes the batches whose own data cannot
-  carry the claim, and the selected candidate's bound is recorded so that its evaluation can
-  be checked against it.
+  candidate). The screen is per candidate and cheap, but the candidate with the top batch
+  return among the hundreds that pass it is optimistic (a winner's curse: its batch was
+  likely lucky, and 16 starts that all saw no violation bound an indicator's rate by 0).
+
+  The validation: the ``M`` (:data:`SHORTLIST` = 5, ``deploy_shortlist``) candidates with
+  the highest batch returns among those passing the screen are kept (CPU copies), and at the
+  end of each ``learn`` call each of the ``m <= M`` is played with the learner's own sampled
+  policy on the same ``V`` held-out episodes (``deploy_validation_episodes``; by default
+  :func:`validation_size`, ``V = ceil(E / 200)`` for the ``E`` episodes trained, within
+  [200, 5000], so that the ``m + 1 <= 6`` policies played cost at most 3% of training's
+  episodes above the floor), episode ``i`` reset with seed
+  ``VALIDATION_SEED + i`` (:data:`VALIDATION_SEED` = 2^63 - 500,000: above every seed the
+  harness evaluates, public from 1,000,000 or private from below 2^63 - 10^6, each fewer than
+  480,000 episodes, and every seed training draws) and acting on
+  ``constrained_grpo.sampling.episode_uniforms`` as the harness's sampled evaluation does
+  (the same episodes, and no training stream is drawn from). Each cost k of candidate j gets
+  an exact one-sided bound at level ``a = alpha / ((m + 1) K)`` (Bonferroni over the
+  candidates, the last iterate and the costs)::
+
+      indicator cost, x of V episodes violate:   U_jk = Beta^{-1}(1 - a; x + 1, V - x)   (1 if x = V)
+      any other cost:                            U_jk = mean + t_{V-1, 1-a} s' / sqrt(V),
+                                                 s' = max(s, c(d_k) / sqrt(V)), c(d) = d or 1 if d = 0
+
+  (Clopper-Pearson; Student's t with the harness verdict's floor, so no spread never
+  certifies alone). The deployed policy is the candidate with the highest validation mean
+  return among those with every ``U_jk <= d_k``; where none has, the last iterate, itself
+  validated on the same episodes. The candidates are fixed before the validation episodes
+  are drawn, so with probability at least ``1 - alpha`` every recorded bound holds at once,
+  the deployed policy's included whichever it is (for indicator costs exactly, for the others
+  up to the t approximation). ``deploy_validation_episodes = 0`` turns the validation off:
+  the screen's top candidate is deployed (runs recorded before the validation existed).
+  Cost: ``(m + 1) V`` episodes at most after training.
 * ``tail-mixture``: the average iterate made deployable. The average iterate is scored on the
   last ``m = ceil(0.2 T)`` of a run's ``T`` iterations (``metrics.tail_length``), each
   iteration weighing the same; the mixture keeps ``n`` of those iterations' policies, evenly
@@ -36,30 +62,60 @@ GRPO batch, an SB3 rollout), the policy that collected that iteration's data:
   mean of its members', the average iterate's up to the grid of ``n`` members, and each
   episode is still a function of its reset seed.
 
-``last`` (the default) deploys the last iterate. Memory: ``best-feasible`` holds one copy of
-the parameters, ``tail-mixture`` the iterations from :data:`BUFFER_FROM` of the budget on
-(then ``n``).
+``last`` (the default) deploys the last iterate. Memory: ``best-feasible`` holds ``M`` copies
+of the parameters (one without validation), ``tail-mixture`` the iterations from
+:data:`BUFFER_FROM` of the budget on (then ``n``). ``done.json["deployed"]`` (the keeper's
+:meth:`FinalPolicyKeeper.state`) records a ``best-feasible`` run's deployed iteration with its
+screen (``best_return``, ``best_iteration``, ``cost_mean``, ``cost_bound``, ``groups``,
+``alpha``; None where the last iterate is deployed), the shortlist, and ``validation``: the
+episodes, first and last seed, level, each candidate's validation return, mean costs, bounds
+and verdict, and the deployed policy's (``deployed``: its iteration or ``"last"``;
+``return_mean``, ``cost_mean``, ``cost_bound``: the bound its evaluation is checked against).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from scipy import stats
 
-__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "SELECTION_ALPHA", "FinalPolicyKeeper",
-           "check_deploy", "cost_upper_bound", "load_params", "member_rows", "params_of", "upgrade_recorded"]
+from constrained_grpo.sampling import episode_uniforms, noise_dims
+
+__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES", "SELECTION_ALPHA", "SHORTLIST",
+           "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX", "VALIDATION_SEED", "VALIDATION_SHARE", "validation_size", "FinalPolicyKeeper", "PlayFn", "check_deploy", "cost_upper_bound",
+           "load_params", "member_rows", "params_of", "play_episodes", "upgrade_recorded", "validation_bounds",
+           "validation_seeds"]
 
 DEPLOY_RULES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
 #: The former name of :data:`DEPLOY_RULES`.
 FINAL_POLICIES = DEPLOY_RULES
 #: The options' former names (config.json of earlier runs), read as the new ones.
 LEGACY_DEPLOY_KEYS: dict[str, str] = {"final_policy": "deploy", "final_snapshots": "deploy_snapshots"}
-#: One-sided level of the selection's bound on a candidate's mean costs (per candidate and cost).
+#: One-sided level of the screen's bound on a candidate's batch costs (per candidate and cost),
+#: and the family-wise level of the validation's bounds (over the shortlist and the costs).
 SELECTION_ALPHA = 0.05
+#: Candidates (the top batch returns among those passing the screen) validated at the end of training.
+SHORTLIST = 5
+#: Held-out validation episodes per shortlisted candidate where ``deploy_validation_episodes``
+#: is None (the default): ``ceil(E / VALIDATION_SHARE)`` for E episodes trained so far, clipped
+#: to ``[VALIDATION_EPISODES, VALIDATION_EPISODES_AUTO_MAX]`` (0 turns the validation off).
+VALIDATION_EPISODES = 200
+#: Training episodes per validation episode of one candidate (the shortlist and the last
+#: iterate together play at most ``(M + 1) / 200``, 3%, of training's episodes above the floor).
+VALIDATION_SHARE = 200
+#: The most validation episodes per candidate the default size gives.
+VALIDATION_EPISODES_AUTO_MAX = 5000
+#: Reset seed of validation episode 0 (episode i: ``VALIDATION_SEED + i``), ``2^63 - 500,000``:
+#: above every seed an evaluation can use (the public one from 1,000,000, a private one from
+#: below ``2^63 - 10^6``; each fewer than 480,000 episodes) and every seed training draws
+#: (GRPO's group seeds are below ``2^31``, an SB3 learner's env copies ``seed + i``).
+VALIDATION_SEED = 2**63 - 500_000
+#: The most validation episodes a candidate may have (its seeds stay below ``2^63 - 400,000``).
+MAX_VALIDATION_EPISODES = 100_000
 #: Share of a learn call's iterations whose policies the tail mixture averages (the average iterate's tail).
 TAIL = 0.2
 #: Policies are buffered from this share of the budget on: the tail's iterations start later
@@ -67,15 +123,23 @@ TAIL = 0.2
 BUFFER_FROM = 0.6
 
 
-def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA) -> None:
-    """One-line ``ValueError`` naming a bad ``deploy``, ``deploy_snapshots`` or ``deploy_alpha``
-    value and the fix."""
+def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA, shortlist: Any = SHORTLIST,
+                 validation_episodes: Any = None) -> None:
+    """One-line ``ValueError`` naming a bad ``deploy``, ``deploy_snapshots``, ``deploy_alpha``,
+    ``deploy_shortlist`` or ``deploy_validation_episodes`` value and the fix."""
     if rule not in DEPLOY_RULES:
         raise ValueError(f"deploy={rule!r}; choose one of {list(DEPLOY_RULES)}")
     if not (isinstance(snapshots, int) and not isinstance(snapshots, bool) and snapshots >= 1):
         raise ValueError(f"deploy_snapshots={snapshots!r} must be an integer >= 1")
     if not (isinstance(alpha, (int, float)) and not isinstance(alpha, bool) and 0 < alpha < 1):
         raise ValueError(f"deploy_alpha={alpha!r} must lie in (0, 1), e.g. 0.05 (a one-sided 95% bound)")
+    if not (isinstance(shortlist, int) and not isinstance(shortlist, bool) and shortlist >= 1):
+        raise ValueError(f"deploy_shortlist={shortlist!r} must be an integer >= 1 (candidates validated, e.g. {SHORTLIST})")
+    if validation_episodes is not None and not (
+            isinstance(validation_episodes, int) and not isinstance(validation_episodes, bool)
+            and (validation_episodes == 0 or 2 <= validation_episodes <= MAX_VALIDATION_EPISODES)):
+        raise ValueError(f"deploy_validation_episodes={validation_episodes!r} must be null (sized by the training), 0 (no "
+                         f"validation) or an integer in [2, {MAX_VALIDATION_EPISODES:,}], e.g. {VALIDATION_EPISODES}")
 
 
 def upgrade_recorded(resolved: Any) -> Any:
@@ -88,6 +152,9 @@ def upgrade_recorded(resolved: Any) -> Any:
       recorded before the options existed deployed its last iterate with 10 snapshots;
     * ``deploy_alpha`` at its default, except for ``best-feasible``, whose rule changed (those
       runs selected on the batch mean: they differ from a run made now);
+    * ``deploy_shortlist``/``deploy_validation_episodes`` at their defaults, except for
+      ``best-feasible``, whose runs before the options deployed the screen's candidate
+      without validation (``1``/``0``: they differ from a run made now);
     * PPO-Lagrangian's ``augmented_weights``: ``after-step`` where the multiplier rule is the
       augmented Lagrangian (those runs took the weights after the step), else the default;
     * a GRPO config's ``closed_form`` on: it chooses how the gridworld policy step is computed,
@@ -105,6 +172,11 @@ def upgrade_recorded(resolved: Any) -> Any:
         out.setdefault("deploy_snapshots", 10)
         if out["deploy"] != "best-feasible":
             out.setdefault("deploy_alpha", SELECTION_ALPHA)
+            out.setdefault("deploy_shortlist", SHORTLIST)
+            out.setdefault("deploy_validation_episodes", None)
+        elif "deploy_validation_episodes" not in out:
+            out.setdefault("deploy_shortlist", 1)
+            out["deploy_validation_episodes"] = 0
         multiplier = out.get("multiplier")
         if "clip_range" in out and isinstance(multiplier, dict) and "cost_window" in out:
             out.setdefault("augmented_weights", "after-step" if multiplier.get("rule") == "augmented" else "before-step")
@@ -126,15 +198,108 @@ def cost_upper_bound(group_costs: np.ndarray, alpha: float = SELECTION_ALPHA) ->
     return np.round(c.mean(axis=0) + t * c.std(axis=0, ddof=1) / math.sqrt(g), 9)
 
 
-class FinalPolicyKeeper:
-    """Keeps the snapshots the rule ``rule`` deploys from (flat parameter lists, CPU copies)."""
+def validation_size(episodes_trained: int) -> int:
+    """Validation episodes per candidate by default: ``ceil(E / VALIDATION_SHARE)`` for ``E``
+    training episodes, within ``[VALIDATION_EPISODES, VALIDATION_EPISODES_AUTO_MAX]`` (200 to
+    5000): a fixed share of the training's episodes, so the validation's cost follows the
+    run's (a gridworld run of 2M steps trains about 180,000 episodes: 900 per candidate; a
+    Highway run of 300k steps about 10,000: the floor, 200)."""
+    return int(min(VALIDATION_EPISODES_AUTO_MAX, max(VALIDATION_EPISODES, -(-int(episodes_trained) // VALIDATION_SHARE))))
 
-    def __init__(self, rule: str, limits: np.ndarray, snapshots: int = 10, alpha: float = SELECTION_ALPHA):
-        check_deploy(rule, snapshots, alpha)
+
+def validation_seeds(episodes: int) -> np.ndarray:
+    """The reset seeds of ``episodes`` validation episodes: ``VALIDATION_SEED + i``, the same for
+    every candidate (the candidates are compared on the same episodes)."""
+    return np.arange(episodes, dtype=np.int64) + np.int64(VALIDATION_SEED)
+
+
+def validation_bounds(costs: np.ndarray, limits: np.ndarray, indicators: Any, level: float) -> np.ndarray:
+    """One-sided ``1 - level`` upper bounds ``(K,)`` of each cost's mean from ``(V, K)`` episodic
+    costs of independent episodes: Clopper-Pearson's ``Beta^{-1}(1 - level; x + 1, V - x)`` (1
+    when ``x = V``) for an indicator cost whose episodes are all 0 or 1 (``x`` of them 1), else
+    Student's ``mean + t_{V-1, 1-level} s' / sqrt(V)`` with ``s' = max(s, c(d) / sqrt(V))``
+    (``c(d) = d``, or 1 for ``d = 0``: no spread is read as one episode off by the limit's
+    scale, as the harness's verdict reads it)."""
+    c = np.asarray(costs, dtype=np.float64)
+    c = c.reshape(len(c), -1)
+    n = len(c)
+    out = np.full(c.shape[1], math.inf)
+    if n < 2:
+        return out
+    for k in range(c.shape[1]):
+        x = c[:, k]
+        if not np.isfinite(x).all():
+            continue
+        if bool(np.asarray(indicators)[k]) and bool(np.all((x == 0.0) | (x == 1.0))):
+            events = int(np.count_nonzero(x))
+            out[k] = 1.0 if events == n else float(stats.beta.ppf(1.0 - level, events + 1, n - events))
+        else:
+            d = float(limits[k])
+            sd = max(float(x.std(ddof=1)), (d if d > 0 else 1.0) / math.sqrt(n))
+            out[k] = float(x.mean()) + float(stats.t.ppf(1.0 - level, n - 1)) * sd / math.sqrt(n)
+    return out
+
+
+#: ``play(params, seeds) -> (returns (V,), costs (V, K))``: the learner's sampled policy with the
+#: snapshot ``params`` (None: the live policy, the last iterate) on the episodes reset with
+#: ``seeds``, each drawing its actions from ``constrained_grpo.sampling.episode_uniforms``.
+PlayFn = Callable[[list[torch.Tensor] | None, np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def play_episodes(make_vec: Callable[[int], Any], act_batch: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                  seeds: np.ndarray, k: int, wave: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """``(returns (V,), costs (V, K))`` of the episodes reset with ``seeds`` on a vector env
+    (``make_vec(rows)``, same-step autoreset), in waves of at most ``wave`` rows; step ``t`` of
+    the episode reset with seed ``s`` acts ``act_batch(obs, episode_uniforms(s, t, D))``, as
+    the harness's sampled evaluation does (its episodes are a function of seed and policy). It
+    draws from no generator: training's streams are untouched."""
+    seeds = np.asarray(seeds, dtype=np.int64)
+    n = len(seeds)
+    returns, costs = np.zeros(n), np.zeros((n, k))
+    for start in range(0, n, wave):
+        part = seeds[start:start + wave]
+        b = len(part)
+        vec = make_vec(b)
+        try:
+            dims = noise_dims(vec.single_action_space)
+            obs, _ = vec.reset(seed=[int(s) for s in part])
+            alive = np.ones(b, dtype=bool)
+            t = 0
+            while alive.any():
+                actions = act_batch(np.asarray(obs), episode_uniforms(part, t, dims))
+                obs, reward, terminated, truncated, info = vec.step(actions)
+                step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(b, k)
+                returns[start:start + b] += np.where(alive, np.asarray(reward, dtype=np.float64), 0.0)
+                costs[start:start + b] += np.where(alive[:, None], step_costs, 0.0)
+                alive &= ~(np.asarray(terminated) | np.asarray(truncated))
+                t += 1
+        finally:
+            vec.close()
+    return returns, costs
+
+
+class FinalPolicyKeeper:
+    """Keeps the snapshots the rule ``rule`` deploys from (flat parameter lists, CPU copies).
+
+    ``best-feasible``: ``shortlist`` candidates passing the screen, validated at :meth:`finish`
+    on ``validation_episodes`` held-out episodes each (0: no validation, the screen's best is
+    deployed), ``indicators`` saying which costs are indicators (Clopper-Pearson)."""
+
+    def __init__(self, rule: str, limits: np.ndarray, snapshots: int = 10, alpha: float = SELECTION_ALPHA,
+                 shortlist: int = 1, validation_episodes: int | None = 0, indicators: Any = None):
+        check_deploy(rule, snapshots, alpha, shortlist, validation_episodes)
         self.rule = rule
         self.limits = np.asarray(limits, dtype=np.float64)
         self.n = snapshots
         self.alpha = float(alpha)
+        self.shortlist_size = int(shortlist)
+        #: Episodes per candidate (None: :func:`validation_size` of the episodes trained).
+        self.validation_episodes = None if validation_episodes is None else int(validation_episodes)
+        #: Training episodes observed (every learn call), which size a default validation.
+        self.episodes_seen = 0
+        self.indicators = np.zeros(len(self.limits), dtype=bool) if indicators is None else np.asarray(indicators, dtype=bool)
+        if self.indicators.shape != self.limits.shape:
+            raise ValueError(f"indicators {self.indicators.tolist()} do not match the {len(self.limits)} limit(s)")
         self.kept: list[list[torch.Tensor]] = []
         self.best_return = -math.inf
         self.best_iteration: int | None = None
@@ -142,6 +307,12 @@ class FinalPolicyKeeper:
         self.best_cost_mean: list[float] | None = None
         self.best_cost_bound: list[float] | None = None
         self.best_groups: int | None = None
+        #: The top ``shortlist`` screened candidates, best batch return first: (params, record).
+        self.shortlist: list[tuple[list[torch.Tensor], dict[str, Any]]] = []
+        #: What the validation found (None: not validated).
+        self.validation: dict[str, Any] | None = None
+        self._loaded_params: list[list[torch.Tensor]] = []
+        self._loaded_records: list[dict[str, Any]] = []
         self._buffer: list[list[torch.Tensor]] = []
         self._buffer_from = 0.0
         self._iterations = 0
@@ -150,6 +321,11 @@ class FinalPolicyKeeper:
     def active(self) -> bool:
         """Whether the trainer must copy the parameters before each update."""
         return self.rule != "last"
+
+    @property
+    def validates(self) -> bool:
+        """Whether :meth:`finish` plays the shortlist's candidates on held-out episodes."""
+        return self.rule == "best-feasible" and self.validation_episodes != 0
 
     def begin(self, start_steps: int, target_steps: int) -> None:
         """A ``learn`` call from ``start_steps`` to ``target_steps`` (the mixture of a new call is
@@ -160,32 +336,62 @@ class FinalPolicyKeeper:
         self._buffer_from = start_steps + BUFFER_FROM * (target_steps - start_steps)
 
     def observe(self, params: list[torch.Tensor] | None, steps_before: int, steps_after: int,
-                batch_return: float, group_costs: np.ndarray, iteration: int) -> None:
+                batch_return: float, group_costs: np.ndarray, iteration: int, episodes: int | None = None) -> None:
         """The batch collected by ``params`` (the policy before this iteration's update) spanned
         env steps ``[steps_before, steps_after)``, with mean return ``batch_return`` and per-start
         group mean costs ``group_costs`` ``(G, K)`` (one row per start; an episode of its own is a
-        group of one)."""
+        group of one), ``episodes`` episodes in all (None: one per row)."""
         if params is None:
             return
+        self.episodes_seen += int(len(np.asarray(group_costs)) if episodes is None else episodes)
         if self.rule == "best-feasible":
             costs = np.asarray(group_costs, dtype=np.float64).reshape(-1, len(self.limits))
-            if not (math.isfinite(batch_return) and batch_return > self.best_return) or len(costs) == 0:
+            if not math.isfinite(batch_return) or len(costs) == 0:
+                return
+            if batch_return <= self.best_return and not (
+                    self.validates and (len(self.shortlist) < self.shortlist_size
+                                        or batch_return > self.shortlist[-1][1]["batch_return"])):
                 return
             bound = cost_upper_bound(costs, self.alpha)
-            if np.all(bound <= self.limits):
-                self.best_return, self.best_iteration = float(batch_return), int(iteration)
-                self.best_cost_mean = [round(float(v), 6) for v in costs.mean(axis=0)]
-                self.best_cost_bound = [round(float(v), 6) for v in bound]
-                self.best_groups = len(costs)
-                self.kept = [params]
+            if not np.all(bound <= self.limits):
+                return
+            record = {"iteration": int(iteration), "batch_return": float(batch_return),
+                      "cost_mean": [round(float(v), 6) for v in costs.mean(axis=0)],
+                      "cost_bound": [round(float(v), 6) for v in bound], "groups": len(costs)}
+            if batch_return > self.best_return:
+                self._select(params, record)
+            if self.validates:  # best batch return first; an equal return keeps the earlier iteration
+                self.shortlist.append((params, record))
+                self.shortlist.sort(key=lambda c: -c[1]["batch_return"])
+                del self.shortlist[self.shortlist_size:]
         elif self.rule == "tail-mixture":
             self._iterations += 1
             if steps_before >= self._buffer_from:
                 self._buffer.append(params)
 
-    def finish(self) -> None:
-        """The end of a ``learn`` call: the mixture keeps ``n`` policies of its last
-        ``m = ceil(0.2 T)`` iterations, member ``j`` the one at position ``floor((j + 1/2) m / n)``."""
+    def _select(self, params: list[torch.Tensor] | None, record: dict[str, Any] | None) -> None:
+        """Deploy ``params`` with the screen's ``record`` (None, None: the last iterate)."""
+        if params is None or record is None:
+            self.kept, self.best_return, self.best_iteration = [], -math.inf, None
+            self.best_cost_mean = self.best_cost_bound = self.best_groups = None
+            return
+        self.kept = [params]
+        self.best_return, self.best_iteration = record["batch_return"], record["iteration"]
+        self.best_cost_mean, self.best_cost_bound = record["cost_mean"], record["cost_bound"]
+        self.best_groups = record["groups"]
+
+    def finish(self, play: PlayFn | None = None) -> None:
+        """The end of a ``learn`` call.
+
+        ``tail-mixture`` keeps ``n`` policies of the call's last ``m = ceil(0.2 T)`` iterations,
+        member ``j`` the one at position ``floor((j + 1/2) m / n)``. ``best-feasible`` with
+        validation plays each of the ``m`` shortlisted candidates with ``play`` on the
+        validation episodes and deploys the highest validation return among those whose
+        bounds (:func:`validation_bounds`, level ``alpha / ((m + 1) K)``) are all within the
+        limits; where none is, the last iterate, itself validated (``play(None, seeds)``). No
+        ``play`` (a learner that cannot play episodes): the screen's best, not validated."""
+        if self.validates and play is not None:
+            self._validate(play)
         if self.rule != "tail-mixture" or not self._buffer:
             return
         m = max(1, math.ceil(TAIL * self._iterations))
@@ -194,31 +400,84 @@ class FinalPolicyKeeper:
         self.kept = [tail[int((j + 0.5) * len(tail) / count)] for j in range(count)]
         self._buffer = []
 
+    def _validate(self, play: PlayFn) -> None:
+        v = validation_size(self.episodes_seen) if self.validation_episodes is None else self.validation_episodes
+        k = len(self.limits)
+        seeds = validation_seeds(v)
+        # Bonferroni over the m candidates and the last iterate (any of them may be deployed)
+        # and the K costs: every recorded bound holds at once with probability >= 1 - alpha.
+        level = self.alpha / ((len(self.shortlist) + 1) * k)
+
+        def measure(params: list[torch.Tensor] | None) -> dict[str, Any]:
+            returns, costs = play(params, seeds)
+            costs = np.asarray(costs, dtype=np.float64).reshape(v, k)
+            bound = validation_bounds(costs, self.limits, self.indicators, level)
+            return {"return_mean": round(float(np.mean(returns)), 6),
+                    "cost_mean": [round(float(c), 6) for c in costs.mean(axis=0)],
+                    "cost_bound": [round(float(b), 6) for b in bound], "within": bool(np.all(bound <= self.limits))}
+
+        candidates = []
+        for params, record in self.shortlist:
+            candidates.append({"iteration": record["iteration"], "batch_return": record["batch_return"], **measure(params)})
+        passing = [j for j, c in enumerate(candidates) if c["within"]]
+        out: dict[str, Any] = {"episodes": v, "first_seed": int(seeds[0]), "last_seed": int(seeds[-1]),
+                               "level": level, "candidates": candidates}
+        if passing:  # the highest validation return; a tie keeps the higher batch return
+            j = max(passing, key=lambda i: (candidates[i]["return_mean"], -i))
+            self._select(*self.shortlist[j])
+            chosen = candidates[j]
+            out["deployed"] = chosen["iteration"]
+        else:
+            self._select(None, None)
+            chosen = measure(None)
+            out["deployed"] = "last"
+            out["last"] = chosen
+        out.update({"return_mean": chosen["return_mean"], "cost_mean": chosen["cost_mean"], "cost_bound": chosen["cost_bound"]})
+        self.validation = out
+
     def deployed(self) -> list[list[torch.Tensor]]:
         """The parameter lists deployed (empty: the last iterate, also where nothing qualified)."""
         return list(self.kept)
 
     # --- persistence ------------------------------------------------------------------
     def tensors(self) -> dict[str, torch.Tensor]:
-        """``final.<snapshot>.<param>`` for safetensors."""
-        return {f"final.{j}.{i}": p.clone() for j, ps in enumerate(self.kept) for i, p in enumerate(ps)}
+        """``final.<snapshot>.<param>`` for safetensors, and the shortlist's ``shortlist.<j>.<param>``."""
+        out = {f"final.{j}.{i}": p.clone() for j, ps in enumerate(self.kept) for i, p in enumerate(ps)}
+        out.update({f"shortlist.{j}.{i}": p.clone() for j, (ps, _) in enumerate(self.shortlist) for i, p in enumerate(ps)})
+        return out
 
     def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
-        found: dict[int, dict[int, torch.Tensor]] = {}
+        found: dict[str, dict[int, dict[int, torch.Tensor]]] = {"final": {}, "shortlist": {}}
         for name, value in tensors.items():
-            if name.startswith("final."):
-                _, j, i = name.split(".")
-                found.setdefault(int(j), {})[int(i)] = value
-        self.kept = [[found[j][i].clone() for i in range(len(found[j]))] for j in range(len(found))]
+            head, _, rest = name.partition(".")
+            if head in found:
+                j, i = rest.split(".")
+                found[head].setdefault(int(j), {})[int(i)] = value
+        lists = {h: [[f[j][i].clone() for i in range(len(f[j]))] for j in range(len(f))] for h, f in found.items()}
+        self.kept = lists["final"]
+        self._loaded_params = lists["shortlist"]
+        self._join_shortlist()
+
+    def _join_shortlist(self) -> None:
+        """The shortlist from its loaded parameters and records (either may be loaded first)."""
+        if len(self._loaded_params) == len(self._loaded_records):
+            self.shortlist = list(zip(self._loaded_params, self._loaded_records, strict=True))
 
     def state(self) -> dict[str, Any]:
-        """JSON-safe: the rule, the snapshots kept and, for ``best-feasible``, the selected
-        iteration with its batch mean costs, their bounds, its group count and the level."""
+        """JSON-safe: the rule, the snapshots kept and, for ``best-feasible``, the deployed
+        iteration with its batch mean costs, the screen's bounds, its group count and the level
+        (None where the last iterate is deployed), and ``validation``: the validation episodes,
+        their seeds and level, each candidate's validation return, mean costs and bounds, and
+        the deployed policy's (``deployed``: its iteration, or ``"last"``)."""
         out: dict[str, Any] = {"rule": self.rule, "kept": len(self.kept)}
         if self.rule == "best-feasible":
             out.update({"best_return": None if not math.isfinite(self.best_return) else self.best_return,
                         "best_iteration": self.best_iteration, "cost_mean": self.best_cost_mean,
                         "cost_bound": self.best_cost_bound, "groups": self.best_groups, "alpha": self.alpha})
+            if self.validates:
+                out["episodes_seen"] = self.episodes_seen
+                out["shortlist"] = [c[1] for c in self.shortlist]
+                out["validation"] = self.validation
         return out
 
     def load_state(self, state: dict[str, Any] | None) -> None:
@@ -230,6 +489,10 @@ class FinalPolicyKeeper:
         self.best_cost_mean = state.get("cost_mean")
         self.best_cost_bound = state.get("cost_bound")
         self.best_groups = state.get("groups")
+        self.validation = state.get("validation")
+        self.episodes_seen = int(state.get("episodes_seen", 0))
+        self._loaded_records = [dict(r) for r in state.get("shortlist") or []]
+        self._join_shortlist()
 
 
 def params_of(module: torch.nn.Module) -> list[torch.Tensor]:

@@ -36,11 +36,12 @@ from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.final_policy import load_params, member_rows
 from constrained_grpo.agents.trainer import GRPOTrainer
+from constrained_grpo.deploy import play_episodes
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import CheckpointError, merge_options, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
 from constrained_grpo.sampling import episode_choice
-from constrained_grpo.tasks import make_env, rollout_episodes, task_info
+from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 
 __all__ = [
     "CONTROL_OVERRIDES",
@@ -127,6 +128,7 @@ class GRPOAgent:
         if hasattr(self.policy, "closed_form"):  # a categorical policy: linear ones have the fast path
             self.policy.closed_form = cfg.closed_form
         self.trainer = GRPOTrainer(cfg, self.adapter, self.policy, torch.Generator().manual_seed(self.seed + 1))
+        self.trainer.validation_play = self._play_snapshot
         self._eval_env = None
         self._eval_generator = torch.Generator().manual_seed(cfg.eval_seed)
         self._deployed: list[torch.nn.Module] | None = None  # built from the trainer's snapshots on first use
@@ -153,6 +155,23 @@ class GRPOAgent:
         """The rule and what it kept, JSON-safe (``best-feasible``: the selected iteration, its
         batch mean costs, their one-sided bounds, its group count and the level)."""
         return self.trainer.final.state()
+
+    def _play_snapshot(self, params: list[torch.Tensor] | None, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``best-feasible``'s validation (:data:`constrained_grpo.deploy.PlayFn`): the sampled
+        policy with the snapshot ``params`` (None: the live policy) on the task's batched env,
+        as the harness evaluates it; no generator is drawn from."""
+        module = self.policy
+        if params is not None:
+            module = copy.deepcopy(self.policy)
+            load_params(module, params)
+
+        def act(obs: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
+                return self.adapter.env_action(module.from_uniform(obs_t, uniforms))
+
+        return play_episodes(lambda b: make_vec_env(self.env_id, b, **self.config.env_kwargs), act, seeds,
+                             len(self.constraints))
 
     def begin_episodes(self, reset_seeds: np.ndarray) -> None:
         """The harness starts episodes with these reset seeds, one per row of the next

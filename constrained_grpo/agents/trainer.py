@@ -37,6 +37,7 @@ from torch import nn
 from constrained_grpo.agents.advantages import compute_advantages, effective_weights
 from constrained_grpo.agents.config import GRPOConfig
 from constrained_grpo.agents.final_policy import FinalPolicyKeeper
+from constrained_grpo.deploy import PlayFn
 from constrained_grpo.agents.losses import linear_categorical_grads, linear_log_softmax, policy_loss
 from constrained_grpo.multipliers import Multiplier, make_multiplier
 from constrained_grpo.nonfinite import (  # the trainer's errors, importable from here too
@@ -163,8 +164,14 @@ class GRPOTrainer:
         )
         self.reference: nn.Module | None = self._frozen_copy() if config.kl_coef > 0 or config.kl_coef_neg else None
         self.optimism = OptimisticStep(config.policy_optimism)
-        self.final = FinalPolicyKeeper(config.deploy, np.asarray(adapter.limits, dtype=np.float64), config.deploy_snapshots,
-                                       config.deploy_alpha)
+        constraints = getattr(adapter, "constraints", None)
+        self.final = FinalPolicyKeeper(
+            config.deploy, np.asarray(adapter.limits, dtype=np.float64), config.deploy_snapshots, config.deploy_alpha,
+            config.deploy_shortlist, config.deploy_validation_episodes,
+            None if constraints is None else [bool(getattr(c, "indicator", False)) for c in constraints])
+        #: How ``best-feasible``'s validation plays a snapshot (:data:`constrained_grpo.deploy.PlayFn`):
+        #: set by the agent that can play its task's episodes; None skips the validation.
+        self.validation_play: PlayFn | None = None
         self.iteration = 0
         self.env_steps = 0
         self.wall_s = 0.0  # training time accumulated over every learn() call
@@ -228,7 +235,7 @@ class GRPOTrainer:
         self.env_steps += int(batch.env_steps)
         # The starts are the independent samples: each group's mean cost ``(P, K)``.
         self.final.observe(collected, steps_before, self.env_steps, float(x[..., 0].mean()), x[..., 1:].mean(axis=1),
-                           self.iteration)
+                           self.iteration, episodes=x.shape[0] * x.shape[1])
         self.wall_s += t_end - t0
         record: dict[str, Any] = {
             "iteration": self.iteration,
@@ -437,7 +444,10 @@ class GRPOTrainer:
             records.append(record)
             if log is not None:
                 log(record)
-        self.final.finish()
+        t0 = time.perf_counter()  # the validation's time is recorded with it, not in wall_s
+        self.final.finish(self.validation_play)  # best-feasible's validation: after training, outside it
+        if self.final.validates and self.validation_play is not None and self.final.validation is not None:
+            self.final.validation["wall_s"] = round(time.perf_counter() - t0, 3)
         return records
 
     # --- persistence ------------------------------------------------------------------

@@ -219,12 +219,14 @@ def selection_check(runs: pd.DataFrame, selections: Mapping[tuple[str, str, int]
                     cost_names: Mapping[str, list[str]]) -> pd.DataFrame:
     """Whether each ``best-feasible`` run's evaluated costs agree with what its selection
     believed: per run, the selected iteration, and per cost k the selection's one-sided bound
-    ``U_k`` (``done.json["deployed"]["cost_bound"]``) against the evaluated mean cost
-    (``eval_cost_<k>``); ``within_bound`` when every evaluated mean is at most its bound. A run
-    whose rule kept nothing (no candidate qualified: the last iterate is deployed) has
-    ``selected = False`` and no bound. ``runs``: per-run metrics with ``task``, ``algo``,
-    ``seed``; ``selections`` keyed by ``(task, algo, seed)``; ``cost_names[task]``: the costs
-    in order."""
+    ``U_k`` against the evaluated mean cost (``eval_cost_<k>``); ``within_bound`` when every
+    evaluated mean is at most its bound. The bound is the held-out validation's
+    (``done.json["deployed"]["validation"]["cost_bound"]``, the deployed policy's, the last
+    iterate's too where no candidate qualified) where the run validated, else the screen's
+    (``done.json["deployed"]["cost_bound"]``; a run that kept nothing then has no bound).
+    ``selected``: a candidate was deployed, not the last iterate. ``runs``: per-run metrics with
+    ``task``, ``algo``, ``seed``; ``selections`` keyed by ``(task, algo, seed)``;
+    ``cost_names[task]``: the costs in order."""
     out: list[dict[str, Any]] = []
     for _, r in runs.iterrows():
         key = (r["task"], r["algo"], int(r["seed"]))
@@ -232,9 +234,11 @@ def selection_check(runs: pd.DataFrame, selections: Mapping[tuple[str, str, int]
         if sel.get("rule") != "best-feasible":
             continue
         names = cost_names[r["task"]]
-        bound = sel.get("cost_bound")
+        validation = sel.get("validation") or {}
+        bound = validation.get("cost_bound", sel.get("cost_bound"))
+        selected = validation["deployed"] != "last" if "deployed" in validation else sel.get("cost_bound") is not None
         row: dict[str, Any] = {"task": key[0], "algo": key[1], "seed": key[2], "iteration": sel.get("best_iteration"),
-                               "selected": bound is not None}
+                               "selected": selected}
         ok = bound is not None
         for j, k in enumerate(names):
             evaluated = float(r[f"eval_cost_{k}"])

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from constrained_grpo.baselines.agent import load_agent
+from constrained_grpo.deploy import VALIDATION_SEED, validation_size
 from constrained_grpo.eval.evaluation import evaluate_agent
 from constrained_grpo.registry import make_agent
 from constrained_grpo.sampling import episode_choice
@@ -63,8 +64,28 @@ def test_best_feasible_selection_is_recorded(trained: dict[str, object]) -> None
     if state["best_iteration"] is None:
         assert agent.deployed_policies() == [agent.model.policy]
     else:
-        assert all(u <= d for u, d in zip(state["cost_bound"], agent.final.limits))
         assert state["groups"] >= 2 and state["alpha"] == 0.05
+    # The held-out validation (constrained_grpo.deploy): the deployed policy's validation bound
+    # is within the limits unless the last iterate is deployed, and its episodes are the
+    # harness's sampled evaluation on the validation seeds.
+    v = state["validation"]
+    assert v["episodes"] == validation_size(state["episodes_seen"]) == 200 and v["first_seed"] == VALIDATION_SEED
+    assert (v["deployed"] == "last") == (state["best_iteration"] is None)
+    if v["deployed"] != "last":
+        assert all(u <= d for u, d in zip(v["cost_bound"], agent.final.limits))
+    harness, _ = evaluate_agent(agent, TASK, episodes=200, first_seed=VALIDATION_SEED)
+    assert v["cost_mean"] == pytest.approx(harness["sampled"].costs.mean(axis=0).tolist(), abs=1e-6)
+    assert v["return_mean"] == pytest.approx(float(harness["sampled"].returns.mean()), abs=1e-6)
+
+
+def test_a_saute_validation_plays_its_augmented_observation() -> None:
+    """Saute acts on the remaining budget too: its validation plays the wrapped vector env,
+    the episodes the harness evaluates."""
+    agent = make_agent("saute-ppo", TASK, seed=1, deploy="best-feasible", deploy_validation_episodes=50, **TINY)
+    agent.learn(4 * 128)
+    v = agent.final.state()["validation"]
+    harness, _ = evaluate_agent(agent, TASK, episodes=50, first_seed=VALIDATION_SEED)
+    assert v["episodes"] == 50 and v["cost_mean"] == pytest.approx(harness["sampled"].costs.mean(axis=0).tolist(), abs=1e-6)
 
 
 def test_the_mixture_is_what_act_act_batch_and_evaluate_play(trained: dict[str, object], tmp_path: Path) -> None:

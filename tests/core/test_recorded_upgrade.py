@@ -23,10 +23,17 @@ def _recorded(algo: str, edit) -> dict:
 def _legacy_grpo(cfg: dict) -> None:
     cfg["final_policy"], cfg["final_snapshots"] = cfg.pop("deploy"), cfg.pop("deploy_snapshots")
     cfg.pop("deploy_alpha")
+    _before_validation(cfg)
+
+
+def _before_validation(cfg: dict) -> None:
+    cfg.pop("deploy_shortlist")
+    cfg.pop("deploy_validation_episodes")
 
 
 def _before_deploy_sb3(cfg: dict) -> None:
-    for key in ("deploy", "deploy_snapshots", "deploy_alpha", "augmented_weights"):
+    for key in ("deploy", "deploy_snapshots", "deploy_alpha", "deploy_shortlist", "deploy_validation_episodes",
+                "augmented_weights"):
         cfg.pop(key, None)
 
 
@@ -46,6 +53,26 @@ def test_runs_recorded_before_are_the_same_runs_unless_their_rule_changed():
 def test_nested_learner_configs_are_upgraded_too():
     nested = {"kind": "reference", "config": {"algo": "grpo", "config": {"num_groups": 8, "final_policy": "last"}}}
     inner = upgrade_recorded(nested)["config"]["config"]
-    assert inner == {"num_groups": 8, "closed_form": True, "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05}
+    assert inner == {"num_groups": 8, "closed_form": True, "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05,
+                     "deploy_shortlist": 5, "deploy_validation_episodes": None}
     assert upgrade_recorded({"kind": "reference", "config": {"policy": "random"}}) == {
         "kind": "reference", "config": {"policy": "random"}}
+
+
+def test_best_feasible_runs_recorded_before_the_validation_read_as_unvalidated():
+    """A cgrpo-best run recorded with the screen alone (``deploy_alpha`` but no validation
+    options) reads as ``deploy_shortlist`` 1 and ``deploy_validation_episodes`` 0: it is the same
+    run as one made now with validation off, and differs from one made with the new default;
+    runs of the other rules, for which the options change nothing, are the same runs."""
+    recorded = _recorded("cgrpo-best", _before_validation)
+    assert upgrade_recorded(recorded["algo"]["resolved"])["config"]["deploy_validation_episodes"] == 0
+    assert upgrade_recorded(recorded["algo"]["resolved"])["config"]["deploy_shortlist"] == 1
+    changed = RunSpec(TASK, "cgrpo-best", 0, 1000).difference(recorded)
+    assert changed is not None and "deploy_validation_episodes: 0 -> None" in changed and "deploy_shortlist: 1 -> 5" in changed
+    off = _as_recorded(resolve_config("cgrpo-best", TASK, deploy_validation_episodes=0, deploy_shortlist=1))
+    assert upgrade_recorded(recorded["algo"]["resolved"]) == off
+    for algo in ("cgrpo", "cgrpo-mix"):
+        assert RunSpec(TASK, algo, 0, 1000).difference(_recorded(algo, _before_validation)) is None, algo
+    for algo in ("ppo-lag", "cpo"):
+        sb3 = _recorded(algo, lambda cfg: (cfg.pop("deploy_shortlist"), cfg.pop("deploy_validation_episodes")))
+        assert RunSpec(TASK, algo, 0, 1000).difference(sb3) is None, algo

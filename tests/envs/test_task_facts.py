@@ -27,7 +27,9 @@ ADDED_SINCE = {"policy_optimism": 0.0, "final_policy": "last", "final_snapshots"
                # MDP-GRPO's knobs (inert unless aggregator="mdp", kl_coef_neg or lm.sample_temperatures is set)
                "mdp_alpha": None, "prospect_beta": None, "prospect_lambda_pos": None, "prospect_lambda_neg": None,
                "kl_coef_neg": None, "sample_temperatures": None,
-               "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05, "augmented_weights": "before-step"}
+               "deploy": "last", "deploy_snapshots": 10, "deploy_alpha": 0.05, "augmented_weights": "before-step",
+               # best-feasible's held-out validation (inert under the other rules)
+               "deploy_shortlist": 5, "deploy_validation_episodes": None}
 ADDED_TO_MULTIPLIER_SINCE = {"optimistic": False, "reg_tau": 0.01, "rho": 1.0, "crpo_tol": 0.0}
 
 
