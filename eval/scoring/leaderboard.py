@@ -636,8 +636,9 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     if undetermined:
         notes.append(undetermined)
     if references is not None:
-        notes.append("Rows ranked \"ref\" are reference policies (random, the exact optimum, the unconstrained "
-                     "optimum): anchors evaluated like every run, not ranked.")
+        names = ", ".join(str(a) for a in references["algo"])
+        notes.append(f"Rows ranked \"ref\" are reference policies ({names}): anchors evaluated like every run, "
+                     "not ranked.")
     stuck = [] if ranked is None else [f"{r['algo']} ({int(r['stuck_seeds'])}/{int(r['seeds'])} seeds)"
                                        for r in ranked.to_dict("records") if int(r.get("stuck_seeds", 0))]
     if stuck:
