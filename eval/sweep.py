@@ -50,6 +50,7 @@ from tqdm.auto import tqdm
 
 from constrained_grpo.eval import storage
 from constrained_grpo.registry import BUILTIN_AGENT_PACKAGES
+from constrained_grpo.tasks import IMPORT_ENV
 from constrained_grpo.eval.runner import (
     RunOutcome,
     RunSpec,
@@ -186,9 +187,17 @@ def one_thread_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {**environ, **{var: "1" for var in THREAD_VARIABLES if var not in environ}}
 
 
-def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = None) -> None:
-    """Initialise a local worker: one thread per run, the progress queue, and the driver watch."""
+def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = None,
+                 user: tuple[dict[str, str], list[str]] | None = None) -> None:
+    """Initialise a local worker: one thread per run, the progress queue, the driver watch,
+    and the driver's user modules (``user``: its ``$CGRPO_IMPORT`` and ``PYTHONPATH`` now, and
+    its ``sys.path``). A fork server started earlier in the driver's process, before an
+    ``--import``, forks workers with its own environment, not the driver's current one."""
     global _PROGRESS
+    if user is not None:
+        env, path = user
+        os.environ.update(env)
+        sys.path[:0] = [p for p in path if p not in sys.path]
     # Set before torch is imported in this fresh process: one thread per run (see runner).
     os.environ.update(one_thread_env(os.environ))
     _PROGRESS = progress
@@ -247,8 +256,9 @@ class _LocalBackend:
 
     def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
         for tries_left in (2, 1, 0):
+            user = ({k: os.environ[k] for k in (IMPORT_ENV, "PYTHONPATH") if k in os.environ}, list(sys.path))
             pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_worker,
-                                          initargs=(self._watch_r, self.queue, os.getpid()))
+                                          initargs=(self._watch_r, self.queue, os.getpid(), user))
             try:
                 fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt)
                 break

@@ -111,7 +111,12 @@ def test_user_task_through_import_and_module_syntax(tmp_path: Path):
 @pytest.mark.slow
 def test_bench_runs_an_algorithm_that_an_import_registers(tmp_path: Path):
     """``--import MODULE`` registers a name in every run's process too, and the sweep prints a
-    slow-path warning in full once per algorithm, each run's evaluation lines before its "done"."""
+    slow-path warning in full once per algorithm, each run's evaluation lines before its "done".
+    A sweep before it in this process starts the fork server without the module: the runs'
+    processes, forked by that server, still get it from the driver."""
+    first = cgrpo("bench", "--tasks", TASK, "--algos", TOY, "--seeds", "1", "--steps", "64", "--eval-episodes", "40",
+                  "--workers", "1", "--no-progress", "--out", str(tmp_path / "before"), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
     (tmp_path / "my_algos.py").write_text(f'from constrained_grpo import register_agent\n\nregister_agent("my-toy", "{TOY}")\n')
     r = cgrpo("bench", "--import", "my_algos", "--tasks", TASK, "--algos", "my-toy", "--seeds", "2", "--steps", "64",
               "--eval-episodes", "40", "--workers", "1", "--no-progress", "--out", str(tmp_path / "runs"), cwd=tmp_path)
