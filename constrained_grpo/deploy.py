@@ -85,10 +85,11 @@ from scipy import stats
 
 from constrained_grpo.sampling import episode_uniforms, noise_dims
 
-__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES", "SELECTION_ALPHA", "SHORTLIST",
-           "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX", "VALIDATION_SEED", "VALIDATION_SHARE", "validation_size", "FinalPolicyKeeper", "PlayFn", "check_deploy", "cost_upper_bound",
-           "load_params", "member_rows", "params_of", "play_episodes", "upgrade_recorded", "validation_bounds",
-           "validation_seeds"]
+__all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES",
+           "SELECTION_ALPHA", "SHORTLIST", "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX",
+           "VALIDATION_SEED", "VALIDATION_SHARE", "FinalPolicyKeeper", "PlayFn", "check_deploy",
+           "cost_upper_bound", "load_params", "member_rows", "params_of", "play_episodes",
+           "upgrade_recorded", "validation_bounds", "validation_seeds", "validation_size"]
 
 DEPLOY_RULES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
 #: The former name of :data:`DEPLOY_RULES`.
