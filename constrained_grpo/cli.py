@@ -35,7 +35,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -998,6 +998,20 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def plotted_algos(algos: set[str], deployments: Mapping[tuple[str, str, int], tuple[str, str]],
+                  requested: Sequence[str] | None, highlight: str | None) -> set[str]:
+    """The algorithms ``cgrpo plot`` draws: those ``requested`` (``--algos``), else every one
+    but the second deployments of a learner's trainings (``deployments``: a rule other than
+    ``last``, e.g. cgrpo-best), whose training curves are their learner's; and ``highlight``.
+
+    >>> sorted(plotted_algos({"a", "a-best", "b"}, {("T", "a-best", 0): ("a", "best-feasible")}, None, None))
+    ['a', 'b']
+    """
+    others = {a for (_, a, _), (_, rule) in deployments.items() if rule != "last"}
+    keep = set(requested) if requested else algos - others
+    return keep | ({highlight} if highlight is not None else set())
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     from constrained_grpo.eval.scoring.plots import make_plots
 
@@ -1007,7 +1021,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     props = _algo_properties(args.dir)
     table, tasks, evals, _ = _with_submissions(args.add, table, tasks, evals, props)  # no packing: joined here
     _focus_names(args, set(table["algo"].astype(str)), set(table["task"].astype(str)))
-    keep = set(args.algos or table["algo"]) | ({args.highlight} if args.highlight is not None else set())
+    keep = plotted_algos(set(table["algo"].astype(str)), _deployments(args.dir), args.algos, args.highlight)
     shown = table["algo"].isin(keep) & table["task"].isin(set(args.tasks or table["task"]))
     table = table[shown]
     if evals is not None:

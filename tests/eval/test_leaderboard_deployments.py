@@ -189,3 +189,23 @@ def test_the_cli_reads_the_deployments_from_the_runs_configs(results_copy: Path,
     assert plain.returncode == 0, plain.stderr
     assert "| toy-best |" in (tmp_path / "csv" / "leaderboard.md").read_text().split("## Suite")[0]
     assert pd.read_csv(tmp_path / "csv" / "deployments.csv").empty
+
+
+def test_plot_draws_each_training_once(results_copy: Path, tmp_path: Path) -> None:
+    """A second deployment's training curves are its learner's: ``cgrpo plot`` leaves them out
+    unless asked for them by name (``--algos``)."""
+    from cgrpo_toy_agent import TOY
+    from inprocess import run_cgrpo
+
+    from constrained_grpo.cli import _deployments, plotted_algos
+
+    _alias_of_toy(results_copy)
+    deployments = _deployments(results_copy)
+    assert {v for v in deployments.values() if v[1] != "last"} == {(TOY, "best-feasible")}
+    algos = {a for _, a, _ in deployments}
+    assert plotted_algos(algos, deployments, None, None) == algos - {"toy-best"}
+    assert plotted_algos(algos, deployments, ["toy-best"], None) == {"toy-best"}
+    here = Path(__file__).resolve().parent
+    r = run_cgrpo("plot", str(results_copy), "--out", str(tmp_path / "plots"), pythonpath=[here])
+    assert r.returncode == 0, r.stderr
+    assert any(p.suffix == ".png" for p in (tmp_path / "plots").iterdir())
