@@ -55,12 +55,12 @@ from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
 from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
-from constrained_grpo.deploy import FinalPolicyKeeper, load_params, member_rows, params_of, play_episodes
+from constrained_grpo.deploy import VALIDATION_WAVE, FinalPolicyKeeper, load_params, member_rows, params_of
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult, register_agent
-from constrained_grpo.sampling import categorical_from_uniform, episode_choice, gaussian_from_uniform
+from constrained_grpo.sampling import categorical_from_uniform, episode_choice, gaussian_from_uniform, play_waves
 from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 from constrained_grpo.wrappers import RecordEpisodeCost
 
@@ -413,7 +413,9 @@ class BaselineAgent:
             vec = make_vec_env(self.env_id, b, **self.config.env_kwargs)
             return wrap(vec) if callable(wrap) else vec
 
-        return play_episodes(make_vec, lambda obs, u: self._act_batch(policy, obs, False, u), seeds, self.num_constraints)
+        returns, costs, _ = play_waves(make_vec, lambda obs, u: self._act_batch(policy, obs, False, u), seeds,
+                                       self.num_constraints, VALIDATION_WAVE)
+        return returns, costs
 
     def deployed_policies(self) -> list[Any]:
         """The SB3 policies deployed: ``[model.policy]`` for the last iterate (and where a rule
@@ -476,10 +478,7 @@ class BaselineAgent:
             self.model.learn(total_env_steps, callback=callback, reset_num_timesteps=False, log_interval=1)
         finally:
             self._wall_s += time.perf_counter() - callback._start
-        t0 = time.perf_counter()  # best-feasible's validation, after training: its time is recorded with it
-        self.final.finish(self._play_snapshot)
-        if self.final.validates and self.final.validation is not None:
-            self.final.validation["wall_s"] = round(time.perf_counter() - t0, 3)
+        self.final.finish(self._play_snapshot)  # best-feasible's validation: after training, timed with it
         self._deployed, self._choices = None, None
         return self
 

@@ -76,6 +76,7 @@ and verdict, and the deployed policy's (``deployed``: its iteration or ``"last"`
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -83,13 +84,12 @@ import numpy as np
 import torch
 from scipy import stats
 
-from constrained_grpo.sampling import episode_uniforms, noise_dims
 
 __all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES",
            "SELECTION_ALPHA", "SHORTLIST", "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX",
-           "VALIDATION_SEED", "VALIDATION_SHARE", "FinalPolicyKeeper", "PlayFn", "check_deploy",
-           "cost_upper_bound", "load_params", "member_rows", "params_of", "play_episodes",
-           "upgrade_recorded", "validation_bounds", "validation_seeds", "validation_size"]
+           "VALIDATION_SEED", "VALIDATION_SHARE", "VALIDATION_WAVE", "FinalPolicyKeeper", "PlayFn", "check_deploy",
+           "cost_upper_bound", "load_params", "member_rows", "params_of", "upgrade_recorded",
+           "validation_bounds", "validation_seeds", "validation_size"]
 
 DEPLOY_RULES: tuple[str, ...] = ("last", "best-feasible", "tail-mixture")
 #: The former name of :data:`DEPLOY_RULES`.
@@ -115,6 +115,8 @@ VALIDATION_EPISODES_AUTO_MAX = 5000
 #: below ``2^63 - 10^6``; each fewer than 480,000 episodes) and every seed training draws
 #: (GRPO's group seeds are below ``2^31``, an SB3 learner's env copies ``seed + i``).
 VALIDATION_SEED = 2**63 - 500_000
+#: Rows of the vector env a validation plays its episodes on at once (in waves).
+VALIDATION_WAVE = 1024
 #: The most validation episodes a candidate may have (its seeds stay below ``2^63 - 400,000``).
 MAX_VALIDATION_EPISODES = 100_000
 #: Share of a learn call's iterations whose policies the tail mixture averages (the average iterate's tail).
@@ -243,40 +245,9 @@ def validation_bounds(costs: np.ndarray, limits: np.ndarray, indicators: Any, le
 
 #: ``play(params, seeds) -> (returns (V,), costs (V, K))``: the learner's sampled policy with the
 #: snapshot ``params`` (None: the live policy, the last iterate) on the episodes reset with
-#: ``seeds``, each drawing its actions from ``constrained_grpo.sampling.episode_uniforms``.
+#: ``seeds``, each drawing its actions from ``constrained_grpo.sampling.episode_uniforms``
+#: (``constrained_grpo.sampling.play_waves``, as the harness plays a batched evaluation in waves).
 PlayFn = Callable[[list[torch.Tensor] | None, np.ndarray], tuple[np.ndarray, np.ndarray]]
-
-
-def play_episodes(make_vec: Callable[[int], Any], act_batch: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                  seeds: np.ndarray, k: int, wave: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """``(returns (V,), costs (V, K))`` of the episodes reset with ``seeds`` on a vector env
-    (``make_vec(rows)``, same-step autoreset), in waves of at most ``wave`` rows; step ``t`` of
-    the episode reset with seed ``s`` acts ``act_batch(obs, episode_uniforms(s, t, D))``, as
-    the harness's sampled evaluation does (its episodes are a function of seed and policy). It
-    draws from no generator: training's streams are untouched."""
-    seeds = np.asarray(seeds, dtype=np.int64)
-    n = len(seeds)
-    returns, costs = np.zeros(n), np.zeros((n, k))
-    for start in range(0, n, wave):
-        part = seeds[start:start + wave]
-        b = len(part)
-        vec = make_vec(b)
-        try:
-            dims = noise_dims(vec.single_action_space)
-            obs, _ = vec.reset(seed=[int(s) for s in part])
-            alive = np.ones(b, dtype=bool)
-            t = 0
-            while alive.any():
-                actions = act_batch(np.asarray(obs), episode_uniforms(part, t, dims))
-                obs, reward, terminated, truncated, info = vec.step(actions)
-                step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(b, k)
-                returns[start:start + b] += np.where(alive, np.asarray(reward, dtype=np.float64), 0.0)
-                costs[start:start + b] += np.where(alive[:, None], step_costs, 0.0)
-                alive &= ~(np.asarray(terminated) | np.asarray(truncated))
-                t += 1
-        finally:
-            vec.close()
-    return returns, costs
 
 
 class FinalPolicyKeeper:
@@ -402,6 +373,7 @@ class FinalPolicyKeeper:
         self._buffer = []
 
     def _validate(self, play: PlayFn) -> None:
+        start = time.perf_counter()  # recorded with the validation: after training, outside its wall_s
         v = validation_size(self.episodes_seen) if self.validation_episodes is None else self.validation_episodes
         k = len(self.limits)
         seeds = validation_seeds(v)
@@ -433,7 +405,8 @@ class FinalPolicyKeeper:
             chosen = measure(None)
             out["deployed"] = "last"
             out["last"] = chosen
-        out.update({"return_mean": chosen["return_mean"], "cost_mean": chosen["cost_mean"], "cost_bound": chosen["cost_bound"]})
+        out.update({"return_mean": chosen["return_mean"], "cost_mean": chosen["cost_mean"], "cost_bound": chosen["cost_bound"],
+                    "wall_s": round(time.perf_counter() - start, 3)})
         self.validation = out
 
     def deployed(self) -> list[list[torch.Tensor]]:

@@ -11,12 +11,13 @@ algorithms with the same policy play the same episodes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 __all__ = ["GAMMA", "MASK64", "categorical_from_uniform", "episode_choice", "episode_seed", "episode_uniforms",
-           "gaussian_from_uniform", "noise_dims", "splitmix64"]
+           "gaussian_from_uniform", "noise_dims", "play_waves", "splitmix64"]
 
 #: SplitMix64's increment (the golden ratio in 64 bits) and the 64-bit mask.
 GAMMA = 0x9E3779B97F4A7C15
@@ -98,3 +99,52 @@ def gaussian_from_uniform(mean: np.ndarray, std: np.ndarray, u: np.ndarray) -> n
     from scipy.special import ndtri  # only continuous actions need it
 
     return np.asarray(mean, dtype=np.float64) + np.asarray(std, dtype=np.float64) * ndtri(np.asarray(u, dtype=np.float64))
+
+
+def play_waves(make_vec: Callable[[int], Any], act: Callable[[np.ndarray, np.ndarray], np.ndarray], seeds: Any, k: int,
+               wave: int, *, vec: Any = None, begin: Callable[[np.ndarray], None] | None = None,
+               on_ended: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(returns (n,), costs (n, K), lengths (n,))`` of the episodes reset with ``seeds`` on a
+    vector env with same-step autoreset (``make_vec(rows)``), in waves of ``min(wave, n)`` rows:
+    step ``t`` of the episode reset with seed ``s`` acts ``act(obs, episode_uniforms(s, t, D))``,
+    and a row's rewards and costs (``info["costs"]``) stop counting when its episode ends, so
+    every episode is a function of its seed and the policy. ``vec``: an env of ``min(wave, n)``
+    rows already made; the last, smaller wave gets one of its own (no row plays an unseeded
+    episode). ``begin(part)`` after each wave's reset; ``on_ended(count)`` as episodes end.
+    Every env it steps is closed; it draws from no generator."""
+    seeds = np.asarray(seeds, dtype=np.int64)
+    n = len(seeds)
+    returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
+    size = min(wave, n)
+    if vec is None:
+        vec = make_vec(size)
+    try:
+        dims = noise_dims(vec.single_action_space)
+        for start in range(0, n, size):
+            part = seeds[start:start + size]
+            b = len(part)
+            if b < size:
+                vec.close()
+                size = b
+                vec = make_vec(size)
+            obs, _ = vec.reset(seed=[int(s) for s in part])
+            if begin is not None:
+                begin(part)
+            alive = np.ones(b, dtype=bool)
+            ret, cost, length = np.zeros(b), np.zeros((b, k)), np.zeros(b, dtype=np.int64)
+            t = 0
+            while alive.any():
+                obs, reward, terminated, truncated, info = vec.step(act(np.asarray(obs), episode_uniforms(part, t, dims)))
+                step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(b, k)
+                ret += np.where(alive, np.asarray(reward, dtype=np.float64), 0.0)
+                cost += np.where(alive[:, None], step_costs, 0.0)
+                length += alive
+                ended = alive & (np.asarray(terminated) | np.asarray(truncated))
+                alive &= ~ended
+                if on_ended is not None:
+                    on_ended(int(ended.sum()))
+                t += 1
+            returns[start:start + b], costs[start:start + b], lengths[start:start + b] = ret, cost, length
+    finally:
+        vec.close()
+    return returns, costs, lengths

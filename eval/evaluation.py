@@ -41,7 +41,7 @@ import numpy as np
 
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints
 from constrained_grpo.registry import EvalResult, agent_methods
-from constrained_grpo.sampling import episode_seed, episode_uniforms, noise_dims
+from constrained_grpo.sampling import episode_seed, episode_uniforms, noise_dims, play_waves
 from constrained_grpo.schema import EVAL_POLICIES
 from constrained_grpo.tasks import make_env, make_vec_env, task_info
 from constrained_grpo.eval.scoring.verdict import ALPHA, TOL, check_eval_size, plan_episodes
@@ -233,11 +233,10 @@ def play_batched(
     reset with its episode's seed, and its rows are ignored once its episode has ended."""
     seeds = np.asarray(seeds, dtype=np.int64)
     n = len(seeds)
-    returns, costs, lengths = np.zeros(n), np.zeros((n, k)), np.zeros(n, dtype=np.int64)
     size = min(wave, n)
     vec = make_vec(size)
-    try:
-        if refill and getattr(vec, "metadata", {}).get("reset_mask", False):
+    if refill and getattr(vec, "metadata", {}).get("reset_mask", False):
+        try:
             # Rows enough to amortise a batched step (REFILL_MIN_ROWS), few enough that each plays
             # about REFILL_EPISODES episodes: the rows idle only at the tail, when the plan is spent.
             rows = min(size, max(REFILL_MIN_ROWS, -(-n // REFILL_EPISODES)))
@@ -245,35 +244,10 @@ def play_batched(
                 vec.close()
                 vec = make_vec(rows)
             return play_refilled(vec, act_batch, deterministic, seeds, k, begin)
-        dims = noise_dims(vec.single_action_space)
-        for start in range(0, n, size):
-            part = seeds[start:start + size]
-            b = len(part)
-            if b < size:  # the last wave: a smaller env, so that no slot plays an unseeded episode
-                vec.close()
-                size = b
-                vec = make_vec(size)
-            obs, _ = vec.reset(seed=[int(s) for s in part])
-            if begin is not None:
-                begin(part)
-            alive = np.ones(b, dtype=bool)
-            ret, cost, length = np.zeros(b), np.zeros((b, k)), np.zeros(b, dtype=np.int64)
-            t = 0
-            while alive.any():
-                u = episode_uniforms(part, t, dims)
-                actions = act_batch(np.asarray(obs), deterministic, u)
-                obs, reward, terminated, truncated, info = vec.step(actions)
-                step_costs = np.asarray(info["costs"], dtype=np.float64).reshape(b, k)
-                ret += np.where(alive, np.asarray(reward, dtype=np.float64), 0.0)
-                cost += np.where(alive[:, None], step_costs, 0.0)
-                length += alive
-                ended = alive & (np.asarray(terminated) | np.asarray(truncated))
-                alive &= ~ended
-                eval_progress.episodes_done(int(ended.sum()))
-                t += 1
-            returns[start:start + b], costs[start:start + b], lengths[start:start + b] = ret, cost, length
-    finally:
-        vec.close()
+        finally:
+            vec.close()
+    returns, costs, lengths = play_waves(make_vec, lambda obs, u: act_batch(obs, deterministic, u), seeds, k, size,
+                                         vec=vec, begin=begin, on_ended=eval_progress.episodes_done)
     return EvalResult(returns=returns, costs=costs, lengths=lengths)
 
 

@@ -36,11 +36,11 @@ from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.final_policy import load_params, member_rows
 from constrained_grpo.agents.trainer import GRPOTrainer
-from constrained_grpo.deploy import play_episodes
+from constrained_grpo.deploy import VALIDATION_WAVE
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import CheckpointError, merge_options, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
-from constrained_grpo.sampling import episode_choice
+from constrained_grpo.sampling import episode_choice, play_waves
 from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 
 __all__ = [
@@ -170,8 +170,9 @@ class GRPOAgent:
                 obs_t = torch.as_tensor(np.asarray(obs, dtype=np.float32).reshape(len(obs), -1))
                 return self.adapter.env_action(module.from_uniform(obs_t, uniforms))
 
-        return play_episodes(lambda b: make_vec_env(self.env_id, b, **self.config.env_kwargs), act, seeds,
-                             len(self.constraints))
+        returns, costs, _ = play_waves(lambda b: make_vec_env(self.env_id, b, **self.config.env_kwargs), act, seeds,
+                                       len(self.constraints), VALIDATION_WAVE)
+        return returns, costs
 
     def begin_episodes(self, reset_seeds: np.ndarray) -> None:
         """The harness starts episodes with these reset seeds, one per row of the next

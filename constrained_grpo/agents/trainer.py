@@ -444,10 +444,7 @@ class GRPOTrainer:
             records.append(record)
             if log is not None:
                 log(record)
-        t0 = time.perf_counter()  # the validation's time is recorded with it, not in wall_s
-        self.final.finish(self.validation_play)  # best-feasible's validation: after training, outside it
-        if self.final.validates and self.validation_play is not None and self.final.validation is not None:
-            self.final.validation["wall_s"] = round(time.perf_counter() - t0, 3)
+        self.final.finish(self.validation_play)  # best-feasible's validation: after training, timed with it
         return records
 
     # --- persistence ------------------------------------------------------------------
