@@ -7,11 +7,12 @@ statically) and give one place where an unknown id gets a helpful error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -149,11 +150,18 @@ def _check_id(env_id: str) -> None:
 _OUT_OF_DATE = r".*The environment \S+ is out of date\. You should consider upgrading"
 
 
+@contextlib.contextmanager
+def _without_upgrade_advice() -> Iterator[None]:
+    """Leave out gymnasium's :data:`_OUT_OF_DATE` advice while making an env."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_OUT_OF_DATE, category=DeprecationWarning)
+        yield
+
+
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
     """``gymnasium.make(env_id, **kwargs)`` after registering the task families."""
     _check_id(env_id)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_OUT_OF_DATE, category=DeprecationWarning)
+    with _without_upgrade_advice():
         return gym.make(split_task_id(env_id)[1], **kwargs)
 
 
@@ -168,8 +176,7 @@ def make_vec_env(env_id: str, num_envs: int, **kwargs: Any) -> gym.vector.Vector
     _check_id(env_id)
     env_id = split_task_id(env_id)[1]
     spec = gym.spec(env_id)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_OUT_OF_DATE, category=DeprecationWarning)
+    with _without_upgrade_advice():
         if spec.vector_entry_point is not None:
             return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="vector_entry_point", **kwargs)
         vec = gym.make_vec(
