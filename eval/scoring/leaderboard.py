@@ -62,7 +62,7 @@ from constrained_grpo.eval.scoring.deployment import (DEPLOYMENT_COLUMNS, deploy
                                                       suite_deployment_table)
 from constrained_grpo.eval import storage
 from constrained_grpo.files import atomic_write_many
-from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas
+from constrained_grpo.eval.scoring.loader import ResultsError, escape_csv_formulas, registered_info
 from constrained_grpo.eval.scoring.metrics import Anchors, anchor_returns, constrained_score, eval_summaries, run_metrics
 from constrained_grpo.eval.scoring.stability import VERDICTS, limit_scale
 from constrained_grpo.eval.scoring.verdict import TOL, run_episodes_to_decide
@@ -533,21 +533,9 @@ def _undetermined_note(runs: pd.DataFrame, meta: TaskMeta, tol: float) -> str | 
     return text + "."
 
 
-def _registered_info(task: str) -> object | None:
-    """The registered facts of ``task`` (``tasks.task_info``), None for an id no family or user module declares."""
-    import gymnasium as gym
-
-    from constrained_grpo.tasks import task_info
-
-    try:
-        return task_info(task)
-    except gym.error.Error:
-        return None
-
-
 def _declared_anchors(task: str) -> tuple[str, str] | None:
     """The ``(low, high)`` reference policies a registered task normalises its return by, if any."""
-    return getattr(_registered_info(task), "return_anchors", None)
+    return getattr(registered_info(task), "return_anchors", None)
 
 
 def _binding_note(task: str, runs: pd.DataFrame) -> str:
@@ -556,7 +544,7 @@ def _binding_note(task: str, runs: pd.DataFrame) -> str:
     stand-ins' breaking seeds and its keepers' seeds within every limit
     (:func:`~constrained_grpo.eval.scoring.binding.board_binding`); "" where it declares none
     or none of them ran."""
-    info = _registered_info(task)
+    info = registered_info(task)
     binding = info.task_binding() if info is not None and hasattr(info, "task_binding") else None
     if binding is None:
         return ""

@@ -299,14 +299,21 @@ def _check_strings(df: pd.DataFrame, source: str) -> None:
             raise ResultsError(f"{source}: column {col!r} row {i} has {value!r} ({why})")
 
 
-def _registered_family(task: str) -> Any:
-    """The :class:`~constrained_grpo.envs.registration.Family` of a registered task, None for an unknown id."""
+def registered_info(task: str) -> Any:
+    """The registered facts of ``task`` (``tasks.task_info``: a family's table entry or a user
+    module's), None for an id nothing declares."""
     try:
         from constrained_grpo.tasks import task_info
 
-        return task_info(task).family
+        return task_info(task)
     except Exception:
         return None
+
+
+def _registered_family(task: str) -> Any:
+    """The :class:`~constrained_grpo.envs.registration.Family` of a registered task, None for an unknown id."""
+    info = registered_info(task)
+    return None if info is None else info.family
 
 
 @functools.lru_cache(maxsize=None)
@@ -314,12 +321,10 @@ def declared_returns(task: str) -> Any:
     """What one episode of ``task`` can return, as its family declares it
     (``Family.episode_returns``, an :class:`~constrained_grpo.envs.registration.EpisodeReturns`);
     None where the family declares nothing (the gridworlds' envs say it themselves)."""
-    family = _registered_family(task)
-    if family is None or family.episode_returns is None:
+    info = registered_info(task)
+    if info is None or info.family.episode_returns is None:
         return None
-    from constrained_grpo.tasks import task_info
-
-    return family.episode_returns(task_info(task).kwargs)
+    return info.family.episode_returns(info.kwargs)
 
 
 def _check_declared_episodes(df: pd.DataFrame, source: str) -> None:

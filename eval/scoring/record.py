@@ -523,10 +523,11 @@ def pack(sources: Sequence[str | Path], out: str | Path, *, replace: bool = Fals
                              "(or --replace: the later source's run wins)")
         if clash:  # the earlier sources' copies of these runs leave every frame
             drop = pd.MultiIndex.from_tuples(clash, names=["task", "algo", "seed"])
-            keep = [~pd.MultiIndex.from_arrays([f["task"], f["algo"], f["seed"].astype(int)]).isin(drop) for f in tables]
-            tables = [f[k] for f, k in zip(tables, keep)]
-            summaries = [f[~pd.MultiIndex.from_arrays([f["task"], f["algo"], f["seed"].astype(int)]).isin(drop)]
-                         for f in summaries]
+
+            def kept(f: pd.DataFrame) -> pd.DataFrame:
+                return f[~pd.MultiIndex.from_arrays([f["task"], f["algo"], f["seed"].astype(int)]).isin(drop)]
+
+            tables, summaries = [kept(f) for f in tables], [kept(f) for f in summaries]
         origin.update({key: source for key in src_configs})
         for task, meta in src_tasks.items():
             if tasks.setdefault(task, meta) != meta:
