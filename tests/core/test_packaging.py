@@ -1,5 +1,6 @@
 """The distribution installs one top-level package, with the folders mapped into it."""
 
+import os
 import subprocess
 import sys
 import tomllib
@@ -35,7 +36,9 @@ def test_installed_mapping_from_another_directory(tmp_path):
         "print(constrained_grpo.envs.__file__);"
         "print(importlib.util.find_spec('envs'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    # The installed mapping alone: an in-process CLI test may have put a folder on PYTHONPATH.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True, env=env)
     envs_file, top_level_envs = out.stdout.split()
     assert Path(envs_file) == ROOT / "envs" / "__init__.py"
     assert top_level_envs == "None"  # no `import envs` at top level
