@@ -776,6 +776,10 @@ class BaselineFactory:
         return baseline_from_resolved(self.name, env_id, seed, resolved)
 
 
+#: An alias's suffix and the deployment rule it sets (``<learner>-best``, ``<learner>-mix``).
+DEPLOY_ALIAS_SUFFIXES: dict[str, str] = {"best": "best-feasible", "mix": "tail-mixture"}
+
+
 def register_baselines() -> None:
     """Register every row of :data:`BASELINES` under its key (idempotent): a new baseline
     is one row there (then this call, which importing the package makes)."""
@@ -791,3 +795,16 @@ def register_baselines() -> None:
             # against a KL, P3O's fixed penalty) or there are none (Saute).
             lambda_in_reward_units=spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units,
         )
+        # Aliases <name>-best and <name>-mix: the same training, another policy deployed (as
+        # cgrpo-best and cgrpo-mix are for cgrpo), so a board can hold both deployments of one
+        # training under distinct run names and pair them by seed.
+        for suffix, rule in DEPLOY_ALIAS_SUFFIXES.items():
+            register_agent(
+                f"{name}-{suffix}",
+                BaselineFactory(name),
+                defaults={**spec.preset, "deploy": rule},
+                description=f"{name} with deploy={rule!r} (an alias)",
+                constrained=spec.constrained,
+                lambda_in_reward_units=spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units,
+                alias_of=name,
+            )

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
-from constrained_grpo.deploy import check_deploy
+from constrained_grpo.deploy import DeployOptions
 from constrained_grpo.multipliers import MultiplierConfig
 from constrained_grpo.options import check_options, coerce_fields, merge_options, option_names, with_options
 
@@ -86,7 +86,7 @@ def merge_config_layers(*layers: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class PPOConfig:
+class PPOConfig(DeployOptions):
     """PPO (Schulman et al. 2017) as implemented by stable-baselines3 2.9.2."""
 
     # --- rollouts -------------------------------------------------------------
@@ -154,25 +154,6 @@ class PPOConfig:
     device: str = "cpu"
     """Torch device; SB3 recommends the CPU for MLP policies."""
 
-    # --- deployment (constrained_grpo.deploy) ----------------------------------------
-    deploy: str = "last"
-    """The policy deployed after training: ``last``, ``best-feasible`` or ``tail-mixture``,
-    the GRPO agents' rules with the same candidates (one policy snapshot per rollout, the one
-    that collected it) and memory bounds. Training is the same whatever the rule."""
-    deploy_snapshots: int = 10
-    """Snapshots of the ``tail-mixture``."""
-    deploy_alpha: float = 0.05
-    """One-sided level of ``best-feasible``'s bound on a candidate's rollout costs."""
-    deploy_shortlist: int = 5
-    """``best-feasible``'s candidates validated after training: the top batch returns among
-    those passing the screen (CPU parameter copies)."""
-    deploy_validation_episodes: int | None = None
-    """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
-    on which each shortlisted candidate is played after training; the one deployed has the
-    highest validation return among those whose exact bounds, simultaneous over the shortlist
-    and the costs, are within every limit (else the last iterate). None: one per 200 episodes
-    trained, 200 to 5000 (``constrained_grpo.deploy.validation_size``); 0: no validation."""
-
     def __post_init__(self) -> None:
         coerce_fields(self)
         for name in ("n_envs", "n_steps", "n_epochs", "batch_size", "torch_threads"):
@@ -197,8 +178,7 @@ class PPOConfig:
             raise ValueError(f"activation={self.activation!r}; choose one of {list(_ACTIVATIONS)}")
         if not all(isinstance(h, int) and h >= 1 for h in self.net_arch):
             raise ValueError(f"net_arch={self.net_arch!r} must be positive layer sizes, e.g. (64, 64)")
-        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha, self.deploy_shortlist,
-                     self.deploy_validation_episodes)
+        self.check_deploy_options()
 
     def resolved(self: SelfConfig, batched: bool) -> SelfConfig:
         """This config with ``n_envs``, ``n_steps`` and ``batch_size`` left at None set to

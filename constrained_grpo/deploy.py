@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -87,7 +88,7 @@ from scipy import stats
 
 __all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES",
            "SELECTION_ALPHA", "SHORTLIST", "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX",
-           "VALIDATION_SEED", "VALIDATION_SHARE", "VALIDATION_WAVE", "FinalPolicyKeeper", "PlayFn", "check_deploy",
+           "VALIDATION_SEED", "VALIDATION_SHARE", "VALIDATION_WAVE", "DeployOptions", "FinalPolicyKeeper", "PlayFn", "check_deploy",
            "cost_upper_bound", "load_params", "member_rows", "params_of", "upgrade_recorded",
            "validation_bounds", "validation_seeds", "validation_size"]
 
@@ -143,6 +144,39 @@ def check_deploy(rule: Any, snapshots: Any = 10, alpha: Any = SELECTION_ALPHA, s
             and (validation_episodes == 0 or 2 <= validation_episodes <= MAX_VALIDATION_EPISODES)):
         raise ValueError(f"deploy_validation_episodes={validation_episodes!r} must be null (sized by the training), 0 (no "
                          f"validation) or an integer in [2, {MAX_VALIDATION_EPISODES:,}], e.g. {VALIDATION_EPISODES}")
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    """The deployment options of every learner: the GRPO agents' ``GRPOConfig`` and the SB3
+    baselines' ``PPOConfig`` inherit them (one declaration; :meth:`check_deploy_options` in
+    their ``__post_init__``). Training is the same whatever the rule."""
+
+    deploy: str = "last"
+    """The policy deployed after training: ``last`` (the last iterate), ``best-feasible`` (the
+    best validation return among the ``deploy_shortlist`` best batch returns whose batch costs
+    are within every limit by a one-sided bound over the batch's starts, validated on held-out
+    episodes) or ``tail-mixture`` (``deploy_snapshots`` policies of the last 20% of training,
+    one per episode: the average iterate made deployable). A candidate is one training batch's
+    policy (a GRPO iteration, an SB3 rollout: the policy that collected it). Control tasks only."""
+    deploy_snapshots: int = 10
+    """Snapshots of the ``tail-mixture``."""
+    deploy_alpha: float = 0.05
+    """One-sided level of ``best-feasible``'s bound on a candidate's batch costs."""
+    deploy_shortlist: int = 5
+    """``best-feasible``'s candidates validated after training: the top batch returns among
+    those passing the screen (CPU parameter copies)."""
+    deploy_validation_episodes: int | None = None
+    """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
+    on which each shortlisted candidate is played after training; the one deployed has the
+    highest validation return among those whose exact bounds, simultaneous over the shortlist
+    and the costs, are within every limit (else the last iterate). None: one per 200 episodes
+    trained, 200 to 5000 (:func:`validation_size`); 0: no validation."""
+
+    def check_deploy_options(self) -> None:
+        """:func:`check_deploy` on these options."""
+        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha, self.deploy_shortlist,
+                     self.deploy_validation_episodes)
 
 
 def upgrade_recorded(resolved: Any) -> Any:

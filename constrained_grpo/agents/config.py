@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from constrained_grpo.agents.advantages import AGGREGATORS, ESTIMATORS, MDP_DEFAULTS, AdvantageSpec
-from constrained_grpo.agents.final_policy import LEGACY_DEPLOY_KEYS, check_deploy
+from constrained_grpo.agents.final_policy import LEGACY_DEPLOY_KEYS
+from constrained_grpo.deploy import DeployOptions
 from constrained_grpo.agents.losses import LOSS_AGGREGATIONS
 from constrained_grpo.constraints import validate_limit
 from constrained_grpo.multipliers import MultiplierConfig
@@ -25,7 +26,7 @@ ACTIVATIONS: tuple[str, ...] = ("tanh", "relu")
 
 
 @dataclass(frozen=True)
-class GRPOConfig:
+class GRPOConfig(DeployOptions):
     """Everything a Constrained GRPO run needs besides the task id and the seed."""
 
     # --- rollout: groups ------------------------------------------------------------
@@ -128,27 +129,6 @@ class GRPOConfig:
     """Minibatches per pass; samples (whole episodes/completions) are split among them."""
     max_grad_norm: float = 0.5
     """Gradient-norm clip of the policy update (PPO)."""
-    deploy: str = "last"
-    """The policy deployed after training (:mod:`constrained_grpo.agents.final_policy`):
-    ``last`` (the last iterate), ``best-feasible`` (the best validation return among the
-    ``deploy_shortlist`` best batch returns whose batch costs are within every limit by a
-    one-sided 95% bound over the batch's starts, validated on held-out episodes) or
-    ``tail-mixture`` (``deploy_snapshots`` policies of the last 20% of training, one per
-    episode: the average iterate made deployable). Control tasks only; training is the same
-    whatever the rule."""
-    deploy_snapshots: int = 10
-    """Snapshots of the ``tail-mixture``."""
-    deploy_alpha: float = 0.05
-    """One-sided level of ``best-feasible``'s bound on a candidate's batch costs."""
-    deploy_shortlist: int = 5
-    """``best-feasible``'s candidates validated after training: the top batch returns among
-    those passing the screen (CPU parameter copies)."""
-    deploy_validation_episodes: int | None = None
-    """Held-out episodes (reset seeds from ``2^63 - 500,000``, disjoint from every evaluation's)
-    on which each shortlisted candidate is played after training; the one deployed has the
-    highest validation return among those whose exact bounds, simultaneous over the shortlist
-    and the costs, are within every limit (else the last iterate). None: one per 200 episodes
-    trained, 200 to 5000 (``constrained_grpo.deploy.validation_size``); 0: no validation."""
     policy_optimism: float = 0.0
     """beta of the optimistic policy step: after the iteration's update ``Delta_t`` of the
     parameters, ``theta <- theta + beta (Delta_t - Delta_{t-1})``; ``beta = 1`` is
@@ -225,8 +205,7 @@ class GRPOConfig:
             raise ValueError(
                 f"kl_coef_neg={self.kl_coef_neg!r} must be finite and >= 0 (or null: kl_coef for every sample)"
             )
-        check_deploy(self.deploy, self.deploy_snapshots, self.deploy_alpha, self.deploy_shortlist,
-                     self.deploy_validation_episodes)
+        self.check_deploy_options()
         if self.ref_update_every < 0 or self.num_threads < 0:
             raise ValueError("ref_update_every and num_threads must be >= 0")
         if any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):

@@ -147,3 +147,10 @@ def test_every_learner_takes_the_option_and_records_it() -> None:
         for rule in ("best-feasible", "tail-mixture"):
             assert resolve_config(name, TASK, deploy=rule)["config"]["deploy"] == rule, name
     assert agent_spec("cgrpo-best").alias_of == "cgrpo" and resolve_config("cgrpo-mix", TASK)["config"]["deploy"] == "tail-mixture"
+    # Every SB3-based learner has both aliases, each the learner's own preset with the rule.
+    for name in (n for n in learners if agent_spec(n).entry_point.__class__.__name__ == "BaselineFactory"):
+        for suffix, rule in (("best", "best-feasible"), ("mix", "tail-mixture")):
+            alias = agent_spec(f"{name}-{suffix}")
+            assert alias.alias_of == name and alias.entry_point == agent_spec(name).entry_point, alias
+            resolved = resolve_config(alias.name, TASK)["config"]
+            assert resolved == {**resolve_config(name, TASK, deploy=rule)["config"]}, alias.name
