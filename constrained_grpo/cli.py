@@ -895,7 +895,7 @@ def _focus_names(args: argparse.Namespace, algos: set[str], tasks: set[str],
 def _cmd_leaderboard(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, render_markdown, write_leaderboard
+    from constrained_grpo.eval.scoring.leaderboard import DEFAULT_TOL, build_leaderboard, check_submission, is_control, render_markdown, write_leaderboard
     from constrained_grpo.eval.scoring.loader import ResultsError
 
     if args.check is not None:
@@ -964,7 +964,9 @@ def _cmd_leaderboard(args: argparse.Namespace) -> int:
     _focus_names(args, set(shown["learner"].astype(str)), set(lb.runs["task"].astype(str)),
                  dict(zip(other["algo"].astype(str), zip(other["learner"].astype(str), other["deploy"].astype(str)))))
     lb = replace(lb, highlight=args.highlight)  # the page draws it apart; the files hold the whole board
-    refused = {t: r for t, r in lb.not_ranked.items() if (added | maintainer) & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
+    # A control (its limits do not bind) ranks nobody, a submission included; other reasons refuse it.
+    refused = {t: unlike for t, r in lb.not_ranked.items() if (unlike := [x for x in r if not is_control(x)])
+               and (added | maintainer) & set(lb.runs.loc[lb.runs["task"] == t, "algo"])}
     if refused:
         raise CliError("refusing to rank the submission with these results: " + "; ".join(
             f"{t}: {', '.join(r)}" for t, r in sorted(refused.items())))

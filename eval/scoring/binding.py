@@ -15,10 +15,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["MIN_SHARE", "board_binding"]
+__all__ = ["MIN_SHARE", "board_binding", "loose_stand_ins"]
 
 #: The share of an unconstrained stand-in's seeds that must break a limit (9 of 10).
 MIN_SHARE = 0.9
+
+
+def loose_stand_ins(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> list[str]:
+    """The unconstrained stand-ins of ``binding`` that ran and break a limit on fewer than
+    ``min_share`` of their seeds (the board's verdicts, as :func:`board_binding`): where one
+    is, the reward maximiser keeps the limits on this board, and a ranking there tests no
+    constraint (the leaderboard shows the task as an unranked control)."""
+    out = []
+    for name in binding.unconstrained:
+        rows = runs[runs["algo"] == name]
+        if len(rows) and int((rows["feasibility"] == "violates").sum()) < min_share * len(rows):
+            out.append(name)
+    return out
 
 
 def board_binding(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> tuple[bool | None, str]:
@@ -41,7 +54,7 @@ def board_binding(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> tupl
     keep = [s for s in sides if s[0] == "keeper"]
     if not unc and not keep:
         return None, ""
-    loose = [name for _, name, k, n in unc if k < min_share * n]
+    loose = loose_stand_ins(runs, binding, min_share)
     kept = any(k == n for _, _, k, n in keep)
     parts = []
     for group, what, seeds in ((unc, "breaks a limit", " seeds"), (keep, "keeps every limit", "")):

@@ -18,8 +18,9 @@ Rules (docs/benchmark.md, "Ranking"):
   and P(X > Y) use the score.
 * **Rows by the estimate, with rank intervals.** On a task, rows are in the order of the mean
   score; the rank is that position (exact ties share it) with [L, U], its simultaneous 95%
-  interval, and the group letters, from :func:`ranking.rank`: an exact permutation test of
-  Welch's t for each pair, Holm-corrected over the task's pairs at 5%, pairs closer than one
+  interval, and the group letters, from :func:`ranking.rank`: Welch's t for each pair, its p
+  the larger of the exact permutation test's and a conservative t-test's (min(n, m) - 1
+  degrees of freedom), Holm-corrected over the task's pairs at 5%, pairs closer than one
   run's evaluation resolves never separated. With fewer than ``MIN_SEEDS_FOR_CI`` seeds
   nothing is separated, and no interval is printed. No tie is broken by name.
 * **Seeds within.** The share of seeds whose final policy keeps every limit up to the
@@ -57,7 +58,7 @@ import pandas as pd
 from scipy.stats import rankdata
 
 from constrained_grpo.eval.scoring import ranking, stats
-from constrained_grpo.eval.scoring.binding import board_binding
+from constrained_grpo.eval.scoring.binding import board_binding, loose_stand_ins
 from constrained_grpo.eval.scoring.deployment import (DEPLOYMENT_COLUMNS, deployment_table, last_iterate_runs,
                                                       suite_deployment_table)
 from constrained_grpo.eval import storage
@@ -78,7 +79,9 @@ __all__ = [
     "build_leaderboard",
     "seeds_to_separate",
     "check_submission",
+    "CONTROL_REASON",
     "comparability",
+    "is_control",
     "glossary",
     "p_feasible",
     "render_html",
@@ -146,11 +149,13 @@ class Leaderboard:
     @property
     def pairs(self) -> pd.DataFrame:
         """Every tested pair, per task and per suite aggregate: ``scope`` (the task id, or
-        ``suite:NAME``), ``a``, ``b``, ``mean_a_minus_b``, ``p``, ``p_holm``, ``separated``."""
+        ``suite:NAME``), ``a``, ``b``, ``mean_a_minus_b``, ``p_permutation``, ``p_t``, ``p`` (the larger
+        of the two: :mod:`ranking`), ``p_holm``, ``separated``."""
         rows = [{"scope": task, **r} for task, df in sorted(self.per_task.items()) for r in df.attrs.get("pair_tests", [])]
         rows += [{"scope": f"suite:{suite}", **r} for suite, df in sorted(self.overall.items())
                  for r in df.attrs.get("pair_tests", [])]
-        return pd.DataFrame(rows, columns=["scope", "a", "b", "mean_a_minus_b", "p", "p_holm", "separated"])
+        return pd.DataFrame(rows, columns=["scope", "a", "b", "mean_a_minus_b", "p_permutation", "p_t", "p", "p_holm",
+                                           "separated"])
 
 
 # ------------------------------------------------------------------------------ formatting
@@ -283,17 +288,6 @@ class _Records(tuple):
 
     def __reduce__(self) -> tuple[type, tuple[list[dict[str, object]]]]:
         return (_Records, ([dict(r) for r in self],))
-
-
-def _pair_records(pairs: Sequence[tuple[str, str]], diff: Mapping[tuple[str, str], tuple[float, float, float]]) -> _Records:
-    """One record per tested pair (a < b): the mean difference, its p-value and Holm-adjusted p."""
-    return _Records({"a": a, "b": b, "mean_a_minus_b": diff[(a, b)][0], "p": diff[(a, b)][1], "p_holm": diff[(a, b)][2],
-                     "separated": _separated(diff, a, b)} for a, b in pairs if (a, b) in diff)
-
-
-def _separated(diff: Mapping[tuple[str, str], tuple[float, float, float]], a: str, b: str) -> bool:
-    d = diff.get((a, b))
-    return d is not None and d[2] <= SEPARATION_ALPHA and d[0] != 0
 
 
 def _attach_ranking(df: pd.DataFrame, result: ranking.Ranking) -> None:
@@ -538,20 +532,39 @@ def _declared_anchors(task: str) -> tuple[str, str] | None:
     return getattr(registered_info(task), "return_anchors", None)
 
 
-def _binding_note(task: str, runs: pd.DataFrame) -> str:
+#: How the reason a task is not ranked begins where its limits do not bind on the board's runs
+#: (a control); the stand-ins that keep them follow.
+CONTROL_REASON = "a control: its limits do not bind on this board's runs"
+
+
+def is_control(reason: str) -> bool:
+    """Whether a not-ranked reason says the task is a control (its limits do not bind)."""
+    return reason.startswith(CONTROL_REASON)
+
+
+def _binding(task: str, runs: pd.DataFrame) -> tuple[str, str]:
     """What the board's own runs of ``task`` (every run, references included) say of the
-    :class:`~constrained_grpo.envs.registration.Binding` the task declares: its unconstrained
-    stand-ins' breaking seeds and its keepers' seeds within every limit
-    (:func:`~constrained_grpo.eval.scoring.binding.board_binding`); "" where it declares none
-    or none of them ran."""
+    :class:`~constrained_grpo.envs.registration.Binding` the task declares: ``(control, note)``,
+    the note counting its unconstrained stand-ins' breaking seeds and its keepers' seeds within
+    every limit (:func:`~constrained_grpo.eval.scoring.binding.board_binding`; "" where it
+    declares none or none of them ran). ``control`` (e.g. "unconstrained ppo breaks a limit on
+    only 2/10 seeds"; "" for none): an unconstrained stand-in ran and broke a limit on fewer than
+    9 of 10 seeds (:func:`~constrained_grpo.eval.scoring.binding.loose_stand_ins`):
+    the reward maximiser keeps the limits here, so the task's rows are shown without ranks and it
+    enters no aggregate (a ranking there tests no constraint). A board without stand-ins, or
+    whose keepers are not shown within, is ranked as usual."""
     info = registered_info(task)
     binding = info.task_binding() if info is not None and hasattr(info, "task_binding") else None
     if binding is None:
-        return ""
+        return "", ""
     binds, sentence = board_binding(runs, binding)
     if binds is None:
-        return ""
-    return ("Binding, from this board's runs: " if binds else "GAP, binding from this board's runs: ") + sentence + "."
+        return "", ""
+    note = ("Binding, from this board's runs: " if binds else "GAP, binding from this board's runs: ") + sentence + "."
+    loose = [(name, int((g["feasibility"] == "violates").sum()), len(g))
+             for name in loose_stand_ins(runs, binding) for g in (runs[runs["algo"] == name],)]
+    control = ", ".join(f"{name} breaks a limit on only {k}/{n} seeds" for name, k, n in loose)
+    return (f"unconstrained {control}" if control else ""), note
 
 
 def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reasons: Sequence[str], tol: float,
@@ -560,7 +573,7 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
     """The task's table: ranked algorithms, then reference policies (rank "ref");
     ``learner_runs``: the task's per-run metrics (the note on undetermined runs); ``anchors``:
     the two references that normalise its return and their mean returns; ``binding``: what
-    the board's runs say of whether its limits bind (:func:`_binding_note`)."""
+    the board's runs say of whether its limits bind (:func:`_binding`)."""
     names = meta.constraint_names
     parts = [d.assign(reference=flag) for d, flag in ((ranked, False), (references, True)) if d is not None]
     df = pd.concat(parts, ignore_index=True)
@@ -610,12 +623,17 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
                      "scores use it.")
     if binding:
         notes.append(binding)
-    if reasons:
-        notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(reasons) + ".")
+    unlike = [r for r in reasons if not is_control(r)]
+    for r in reasons:
+        if is_control(r):
+            notes.append(f"NOT RANKED, {r}: its rows are shown for comparison and it enters no aggregate.")
+    if unlike:
+        notes.append("NOT RANKED: these runs cannot be compared: " + "; ".join(unlike) + ".")
     if ranked is not None and ranked.attrs.get("pairs"):
         a = ranked.attrs
-        notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by an exact "
-                     "two-sample permutation test of Welch's t (equal mean scores, spreads free), Holm-corrected over the "
+        notes.append(f"Discriminative power: {a['pairs_separated']} of {a['pairs']} algorithm pairs separated by Welch's t "
+                     "(equal mean scores; p the larger of its exact permutation test's and a conservative t-test's), "
+                     "Holm-corrected over the "
                      f"task's pairs at 5% ({a['pairs_tested']} had the seeds to be tested; p-values in pairs.csv). Rows in "
                      "the order of the mean score; rank = that position, [L, U] its simultaneous 95% interval (L = 1 + the "
                      "algorithms separated above, U = the count minus those separated below); two rows share a group "
@@ -737,16 +755,18 @@ def _overall(runs: pd.DataFrame, per_task: Mapping[str, pd.DataFrame], tasks: Se
     # statistic ranked by, over its own standard error), labels permuted within each task:
     # unpaired, as on a task. Monte Carlo with draws enough that no decision depends on the
     # generator's seed (ranking.stratified_welch_p_values), among algorithms that ran every
-    # task with enough seeds; Holm over the suite's pairs.
+    # task with enough seeds; the pair's p is the larger of that and the same statistic's
+    # conservative t-test (ranking.stratified_t_p_values), as on a task; Holm over the pairs.
     full = [a for a in df["algo"] if len(by[a]) == len(tasks)]
     tested = [(a, b) for i, a in enumerate(full) for b in full[i + 1:]
               if min(min(len(v) for v in by[a].values()), min(len(v) for v in by[b].values())) >= stats.MIN_SEEDS_FOR_CI]
-    p = ranking.stratified_welch_p_values([([by[a][t] for t in tasks], [by[b][t] for t in tasks]) for a, b in tested],
-                                          seed=seed)
+    strata = [([by[a][t] for t in tasks], [by[b][t] for t in tasks]) for a, b in tested]
+    t_p = ranking.stratified_t_p_values(strata)
+    perm_p = ranking.stratified_welch_p_values(strata, seed=seed, at_least=t_p)
     # An algorithm's resolution over the suite: the coarsest of its tasks' (what one run resolves).
     res = {a: max(float(per_task[t].set_index("algo").loc[a, "resolution"]) for t in tasks) for a in full}
     result = ranking.rank({a: np.concatenate([by[a][t] for t in tasks]) for a in full},
-                          p_values={pair: float(q) for pair, q in zip(tested, p)},
+                          p_values={pair: (float(q), float(u)) for pair, q, u in zip(tested, perm_p, t_p)},
                           resolution={(a, b): max(res[a], res[b]) for a in full for b in full if a < b})
     rest = df[~df["algo"].isin(full)]
     df = df.set_index("algo").loc[list(result.algos)].reset_index()
@@ -774,10 +794,11 @@ def _suite_sections(suite: str, runs: pd.DataFrame, per_task: Mapping[str, pd.Da
     with_opt = [t for t in suite_tasks if tasks[t].optimum_return is not None and t not in not_ranked]
     left = [t for t in suite_tasks if t not in with_opt]
     if not with_opt:
-        return [Section(f"Suite {suite}: aggregate", (
-            "No ranked task of this suite has an exact optimum, so the suite is not aggregated: a score normalised "
-            "between two references of one task is in no common unit with another's; see the per-task tables.",),
-            (), ())], None, None
+        why = ("No task of this suite is ranked (see each task's NOT RANKED note), so the suite is not aggregated."
+               if all(t in not_ranked for t in suite_tasks) else
+               "No ranked task of this suite has an exact optimum, so the suite is not aggregated: a score normalised "
+               "between two references of one task is in no common unit with another's; see the per-task tables.")
+        return [Section(f"Suite {suite}: aggregate", (why,), (), ())], None, None
     df = _overall(runs, per_task, with_opt, reps, seed)
     header = ("rank [L, U]", "group", "algo", "tasks", "runs", "feasible runs", "undetermined runs", "score IQM [95% CI]", "score mean [95% CI]",
               "mean task rank", "avg-iterate feasible runs", "not separated from")
@@ -883,6 +904,12 @@ def build_leaderboard(
     # The deployment tables' input: every learner run of a task that is ranked, its score and verdict.
     deploy_runs = learner_runs[~learner_runs["task"].isin(set(reasons_by_task))].assign(
         feasible=lambda r: r["feasibility"] == "feasible")
+    # A control (its limits do not bind on this board) keeps its deployment table: a rule's
+    # gain over the same trainings' last iterates is a paired comparison whatever the limits do.
+    bindings = {t: _binding(str(t), runs[runs["task"] == t]) for t in sorted(runs["task"].unique())}
+    for t, (loose, _) in bindings.items():
+        if loose:
+            reasons_by_task[t] = (*reasons_by_task.get(t, ()), f"{CONTROL_REASON} ({loose})")
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
         + (f" and {ref_runs['algo'].nunique()} reference policies" if len(ref_runs) else "")
@@ -908,8 +935,9 @@ def build_leaderboard(
         "one clearly within it, and one its episodes cannot tell is neither a keeper nor a violator by its point "
         "estimate alone. Ranks, aggregates and P(X > Y) use the score.",
         "Rows in the order of the mean score: rank = 1 + the number of algorithms with a higher mean ('=' marks an "
-        "exact tie), and [L, U] its simultaneous 95% interval from the pair tests: an exact permutation test of Welch's "
-        "t (equal mean scores, whatever the spreads; labels permuted within each task in the aggregates, unpaired), "
+        "exact tie), and [L, U] its simultaneous 95% interval from the pair tests: Welch's t for equal mean scores, "
+        "p the larger of its exact permutation test's (labels permuted within each task in the aggregates, unpaired) "
+        "and a conservative t-test's (the fewer seeds' degrees of freedom), "
         f"Holm-corrected over the pairs at {SEPARATION_ALPHA:g} (every p-value in pairs.csv); L = 1 + the algorithms "
         "separated above, U = their count minus those separated below. Two algorithms share a group letter exactly "
         "when not separated; pairs closer than one run's evaluation can resolve are never separated. With fewer than "
@@ -940,7 +968,7 @@ def build_leaderboard(
             ref_tables[task] = ref_df
         section = _task_section(task, df, meta, reasons, tol, ref_df, ranked,
                                 anchors=(*declared[task], anchors) if anchors is not None else None,
-                                binding=_binding_note(task, runs[runs["task"] == task]))
+                                binding=bindings[task][1])
         mine = deploy_runs[deploy_runs["task"] == task]
         if (mine["deploy"] != "last").any():
             dep = _deployment_frame(deployment_table(mine), mine, task)
@@ -1009,7 +1037,7 @@ def render_markdown(lb: Leaderboard) -> str:
 _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("rank", "position by mean score (1 + the algorithms with a higher mean; '=' an exact tie) and [L, U], its "
      "simultaneous 95% interval: L = 1 + the algorithms separated above, U = the count minus those separated below "
-     "(exact permutation test of Welch's t, Holm over the pairs at 5%)"),
+     "(Welch's t: the larger of its permutation and conservative t-test p-values, Holm over the pairs at 5%)"),
     ("group", "letters: two algorithms share one exactly when the test does not separate them (not that they are "
      "equal: 10 seeds cannot tell them apart)"),
     ("algo", "the algorithm (cgrpo algos lists them)"),
@@ -1064,7 +1092,7 @@ _GLOSSARY: tuple[tuple[str, str], ...] = (
     ("moved in / out", "seeds the rule moves into the limits (last iterate not within, rule within) and out of them"),
     ("McNemar's test", "McNemar's exact test on the seeds moved (two-sided binomial at 1/2, 5%): into or out of the "
      "limits where it rejects, else no change shown; its p-value"),
-    ("not separated from", "algorithms the permutation test of Welch's t (Holm-corrected) does not separate from this one"),
+    ("not separated from", "algorithms the pair test of Welch's t (Holm-corrected) does not separate from this one"),
 )
 
 

@@ -167,3 +167,10 @@ def test_the_boards_own_runs_say_whether_its_limits_bind():
     binds, text = board_binding(runs(ppo=["violates"] * 10, **{"ref-safe-driver": ["feasible"] * 9 + ["violates"]}), b)
     assert binds is False and text.endswith("no keeper keeps every limit on every seed")
     assert board_binding(runs(cgrpo=["feasible"]), b) == (None, "")
+    # The stand-ins that keep the limits, what makes a task a control on the board: ppo above,
+    # not a keeper that failed to show itself within, and nobody where no stand-in ran.
+    from constrained_grpo.eval.scoring.binding import loose_stand_ins
+
+    assert loose_stand_ins(runs(ppo=["violates"] * 2 + ["feasible"] * 8, grpo=["violates"] * 10), b) == ["ppo"]
+    assert loose_stand_ins(runs(ppo=["violates"] * 10, **{"ref-safe-driver": ["feasible"] * 9 + ["violates"]}), b) == []
+    assert loose_stand_ins(runs(cgrpo=["feasible"] * 10), b) == []

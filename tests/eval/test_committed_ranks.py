@@ -114,6 +114,38 @@ def test_every_committed_suite_aggregate_reads_in_the_order_of_its_estimate(boar
             assert bool(_letters(a["group"]) & _letters(b["group"])) == (frozenset((a["algo"], b["algo"])) not in sep)
 
 
+def test_every_ranked_committed_task_binds_and_the_others_are_controls(board) -> None:
+    """On every task the board ranks, each unconstrained stand-in the task declares breaks a
+    limit on at least 9 of 10 seeds and a keeper (a reference or a learner) keeps every limit
+    on all of its seeds; a task where a stand-in keeps the limits is shown as a control,
+    without ranks (Highway-v1's ppo and ChainSum-v0's grpo on the committed board)."""
+    from constrained_grpo.eval.scoring.binding import MIN_SHARE, loose_stand_ins
+    from constrained_grpo.tasks import task_info
+
+    tables, runs, _ = board
+    md = (RESULTS / "leaderboard.md").read_text()
+    controls = []
+    for title in (t for t in tables if t.startswith("Task ")):
+        task = title.removeprefix("Task ")
+        mine = runs[runs["task"] == task]
+        binding = task_info(task).task_binding()
+        ranked = any(r["rank [L, U]"] not in ("ref", "—") for r in tables[title])
+        if loose_stand_ins(mine, binding):
+            controls.append(task)
+            assert not ranked, task
+            continue
+        assert ranked, task
+        for name in binding.unconstrained:
+            seeds = mine[mine["algo"] == name]
+            if len(seeds):
+                assert (seeds["feasibility"] == "violates").sum() >= MIN_SHARE * len(seeds), (task, name)
+        kept = [k for k in binding.keepers if len(g := mine[mine["algo"] == k]) and (g["feasibility"] == "feasible").all()]
+        kept += [a for a, g in mine[~mine["reference"].astype(bool)].groupby("algo") if (g["feasibility"] == "feasible").all()]
+        assert kept, task
+    assert controls == ["Highway/Highway-v1", "Math/ChainSum-v0"]
+    assert md.count("NOT RANKED, a control: its limits do not bind on this board's runs") == 2
+
+
 def test_hazard_fuel_lists_cpo_above_cgrpo_opg(board) -> None:
     tables, _, _ = board
     order = [r["algo"] for r in tables["Task Grid/HazardFuel-v0"]]
@@ -121,9 +153,9 @@ def test_hazard_fuel_lists_cpo_above_cgrpo_opg(board) -> None:
 
 
 def test_no_committed_pair_tests_two_deployments_of_one_training(board) -> None:
-    """cgrpo-best and cgrpo-mix deploy cgrpo's trainings (the record's configs say so, and
-    runs.csv with them): they are compared with cgrpo's last iterate in deployments.csv, paired
-    by seed, and take part in no pair test."""
+    """cgrpo-best, cgrpo-mix and the SB3 learners' aliases deploy their learners' trainings (the
+    record's configs say so, and runs.csv with them): they are compared with their learner's
+    last iterate in deployments.csv, paired by seed, and take part in no pair test."""
     tables, runs, pairs = board
     record = RESULTS / "standard"
     if not record.is_dir():
@@ -133,15 +165,23 @@ def test_no_committed_pair_tests_two_deployments_of_one_training(board) -> None:
                for t, a, s, learner, rule in runs[["task", "algo", "seed", "learner", "deploy"]].itertuples(index=False)}
     assert written == expected
     other = runs[runs["deploy"] != "last"]
-    assert sorted(other["algo"].unique()) == ["cgrpo-best", "cgrpo-mix"] and set(other["learner"]) == {"cgrpo"}
-    assert not {"cgrpo-best", "cgrpo-mix"} & (set(pairs["a"]) | set(pairs["b"]))
+    # cgrpo's trainings deployed by both rules on every board task it runs; five SB3 learners'
+    # on the 3x3 map, each alias named <learner>-best / <learner>-mix.
+    assert {"cgrpo-best", "cgrpo-mix", "ppo-lag-best", "cpo-best"} <= set(other["algo"])
+    assert all(a == f"{learner}-{'best' if rule == 'best-feasible' else 'mix'}"
+               for a, learner, rule in other[["algo", "learner", "deploy"]].drop_duplicates().itertuples(index=False))
+    assert not set(other["algo"]) & (set(pairs["a"]) | set(pairs["b"]))
     for r in pairs.itertuples():
         check_independent(runs, r.a, r.b, None if r.scope.startswith("suite:") else r.scope)
-    # Five tasks (the four gridworlds and Highway-v1) and the gridworld suite, two rules each.
+    # One row per task, learner and rule that has another deployment (a control's included), and
+    # per suite for the learners with one on every task of it.
     dep = pd.read_csv(RESULTS / "deployments.csv")
-    assert sorted(set(dep["scope"])) == ["Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelMud-v0",
-                                         "Grid/HazardFuelSlip-v0", "Highway/Highway-v1", "suite:gridworld"]
-    assert len(dep) == 12 and set(zip(dep["learner"], dep["deploy"])) == {("cgrpo", "best-feasible"), ("cgrpo", "tail-mixture")}
+    expected = {(t, learner, rule) for t, learner, rule in other[["task", "learner", "deploy"]].drop_duplicates().itertuples(index=False)}
+    grid = sorted(runs.loc[runs["suite"] == "gridworld", "task"].unique())
+    expected |= {("suite:gridworld", learner, rule) for learner, rule in {(x[1], x[2]) for x in expected}
+                 if all((t, learner, rule) in expected for t in grid)}
+    assert set(zip(dep["scope"], dep["learner"], dep["deploy"])) == expected and len(dep) == len(expected)
+    assert {"Highway/Highway-v1", "suite:gridworld"} <= set(dep["scope"])
     for scope, g in dep.groupby("scope"):
         title = f"Deployments over suite {scope.removeprefix('suite:')}" if scope.startswith("suite:") else f"Deployments on {scope}"
         assert [r["rule (runs)"] for r in tables[title]] == [f"{d} ({a})" for d, a in zip(g["deploy"], g["algo"])]

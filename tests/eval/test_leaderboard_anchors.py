@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from constrained_grpo.eval.scoring.leaderboard import build_leaderboard, render_markdown
+from constrained_grpo.eval.scoring.leaderboard import CONTROL_REASON, build_leaderboard, render_markdown
 from constrained_grpo.tasks import task_info, task_meta
 
 TASK = "Highway/Highway-v1"
@@ -83,6 +83,17 @@ def test_the_header_says_whether_the_limits_bind_on_the_boards_runs() -> None:
     md = render_markdown(_board(loose))
     assert ("GAP, binding from this board's runs: unconstrained ppo breaks a limit on 4/6 seeds; ref-safe-driver "
             "keeps every limit on 6/6: the limits do not bind for ppo (they need breaking on 9/10 seeds).") in md
+
+    # Then the task is a control: shown without ranks, in no aggregate; the binding board ranks it.
+    assert TASK not in _board(RUNS).not_ranked and TASK in _board(RUNS).per_task
+    board = _board(loose)
+    assert board.not_ranked[TASK] == (f"{CONTROL_REASON} (unconstrained ppo breaks a limit on only 4/6 seeds)",)
+    assert TASK not in board.per_task
+    assert ("NOT RANKED, a control: its limits do not bind on this board's runs (unconstrained ppo breaks a limit on "
+            "only 4/6 seeds): its rows are shown for comparison and it enters no aggregate.") in md
+    rows = [line for line in md.splitlines() if line.startswith("| ") and "| a |" in line]
+    assert rows and all(line.startswith("| — |") for line in rows), rows
+    assert "No task of this suite is ranked" in md
 
 
 def test_without_its_references_the_return_stays_raw() -> None:
