@@ -350,8 +350,8 @@ def stratified_welch_p_values(
     interval for its exact p could move a Holm decision at ``alpha`` (every p at the low end
     of its interval against every p at the high end: Holm is monotone) gets 8 times as many
     fresh draws, up to ``stages``. ``at_least``: per pair, a p-value the decisions take the
-    larger of with this one (the conservative t-test's, as :func:`rank` does), so that the stages settle the decisions
-    on the combined p."""
+    larger of with this one (the conservative t-test's, as :func:`rank` does), so that the
+    stages settle the decisions on the combined p."""
     out = np.full(len(pairs), np.nan)
     count = np.zeros(len(pairs))
     total = np.zeros(len(pairs))

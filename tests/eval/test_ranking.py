@@ -249,3 +249,19 @@ def test_the_rank_rule_study_writes_one_row_per_scenario_and_distance(tmp_path, 
     assert "--boards 0: give at least 1 board" in capsys.readouterr().err and not (tmp_path / "x").exists()
     with pytest.raises(ValueError, match="scenario 'cauchy'"):
         rank_rule.null_board("cauchy", np.random.default_rng(0))
+
+
+def test_stratified_t_p_by_hand() -> None:
+    """The suite's conservative t: the pooled mean difference over its standard error, on
+    Student's t with the smallest min(n_t, m_t) - 1 over the strata (here 4 - 1 = 3)."""
+    xs = [np.array([1.0, 2.0, 4.0, 3.5, 2.5]), np.array([0.5, 0.9, 1.4, 1.1])]
+    ys = [np.array([0.2, 0.4, 0.1, 0.9, 0.3]), np.array([0.0, 0.3, -0.2, 0.1, 0.4])]
+    nx, ny = 9, 10
+    diff = sum(x.sum() for x in xs) / nx - sum(y.sum() for y in ys) / ny
+    var = sum(len(x) * x.var(ddof=1) for x in xs) / nx**2 + sum(len(y) * y.var(ddof=1) for y in ys) / ny**2
+    expected = 2 * sps.t.sf(abs(diff) / math.sqrt(var), 3)
+    # The sums are taken on the integer grid (about 2^-22 of the largest value): p to 1e-6.
+    assert ranking.stratified_t_p_values([(xs, ys)])[0] == pytest.approx(expected, rel=1e-6)
+    # One stratum is Welch's t on min(n, m) - 1 degrees of freedom.
+    assert ranking.stratified_t_p_values([([xs[0]], [ys[1]])])[0] == pytest.approx(
+        ranking.welch_t_p_values([(xs[0], ys[1])])[0], rel=1e-12)
