@@ -784,27 +784,16 @@ def register_baselines() -> None:
     """Register every row of :data:`BASELINES` under its key (idempotent): a new baseline
     is one row there (then this call, which importing the package makes)."""
     for name, spec in BASELINES.items():
-        register_agent(
-            name,
-            BaselineFactory(name),
-            defaults=spec.preset,
-            description=spec.description,
-            constrained=spec.constrained,
-            # PPO-Lagrangian mixes (A_r - sum lambda A_c) / (1 + sum lambda): lambda in reward units;
-            # a row says otherwise where its multipliers weigh something else (CPO's nu, CUP's nu
-            # against a KL, P3O's fixed penalty) or there are none (Saute).
-            lambda_in_reward_units=spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units,
-        )
+        # PPO-Lagrangian mixes (A_r - sum lambda A_c) / (1 + sum lambda): lambda in reward units;
+        # a row says otherwise where its multipliers weigh something else (CPO's nu, CUP's nu
+        # against a KL, P3O's fixed penalty) or there are none (Saute).
+        units = spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units
+        register_agent(name, BaselineFactory(name), defaults=spec.preset, description=spec.description,
+                       constrained=spec.constrained, lambda_in_reward_units=units)
         # Aliases <name>-best and <name>-mix: the same training, another policy deployed (as
         # cgrpo-best and cgrpo-mix are for cgrpo), so a board can hold both deployments of one
         # training under distinct run names and pair them by seed.
         for suffix, rule in DEPLOY_ALIAS_SUFFIXES.items():
-            register_agent(
-                f"{name}-{suffix}",
-                BaselineFactory(name),
-                defaults={**spec.preset, "deploy": rule},
-                description=f"{name} with deploy={rule!r} (an alias)",
-                constrained=spec.constrained,
-                lambda_in_reward_units=spec.constrained if spec.lambda_in_reward_units is None else spec.lambda_in_reward_units,
-                alias_of=name,
-            )
+            register_agent(f"{name}-{suffix}", BaselineFactory(name), defaults={**spec.preset, "deploy": rule},
+                           description=f"{name} with deploy={rule!r} (an alias)", constrained=spec.constrained,
+                           lambda_in_reward_units=units, alias_of=name)

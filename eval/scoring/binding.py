@@ -21,17 +21,23 @@ __all__ = ["MIN_SHARE", "board_binding", "loose_stand_ins"]
 MIN_SHARE = 0.9
 
 
-def loose_stand_ins(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> list[str]:
-    """The unconstrained stand-ins of ``binding`` that ran and break a limit on fewer than
-    ``min_share`` of their seeds (the board's verdicts, as :func:`board_binding`): where one
-    is, the reward maximiser keeps the limits on this board, and a ranking there tests no
-    constraint (the leaderboard shows the task as an unranked control)."""
+def _counts(runs: Any, names: tuple[str, ...], verdict: str) -> list[tuple[str, int, int]]:
+    """``(name, seeds with verdict, seeds)`` for each of ``names`` that has runs."""
     out = []
-    for name in binding.unconstrained:
+    for name in names:
         rows = runs[runs["algo"] == name]
-        if len(rows) and int((rows["feasibility"] == "violates").sum()) < min_share * len(rows):
-            out.append(name)
+        if len(rows):
+            out.append((name, int((rows["feasibility"] == verdict).sum()), len(rows)))
     return out
+
+
+def loose_stand_ins(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> list[tuple[str, int, int]]:
+    """``(name, breaking seeds, seeds)`` of the unconstrained stand-ins of ``binding`` that ran
+    and break a limit on fewer than ``min_share`` of their seeds (the board's verdicts, as
+    :func:`board_binding`): where one is, the reward maximiser keeps the limits on this board,
+    and a ranking there tests no constraint (the leaderboard shows the task as an unranked
+    control)."""
+    return [(name, k, n) for name, k, n in _counts(runs, binding.unconstrained, "violates") if k < min_share * n]
 
 
 def board_binding(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> tuple[bool | None, str]:
@@ -44,24 +50,18 @@ def board_binding(runs: Any, binding: Any, min_share: float = MIN_SHARE) -> tupl
     is within every limit on all of them; ``binds`` is None where neither side has runs. The
     sentence counts each side's seeds, e.g. "unconstrained ppo breaks a limit on 8/10 seeds,
     grpo on 10/10; ref-safe-driver keeps every limit on 10/10: the limits do not bind for ppo"."""
-    sides: list[tuple[str, str, int, int]] = []  # (side, name, count, seeds)
-    for side, names, verdict in (("unconstrained", binding.unconstrained, "violates"), ("keeper", binding.keepers, "feasible")):
-        for name in names:
-            rows = runs[runs["algo"] == name]
-            if len(rows):
-                sides.append((side, name, int((rows["feasibility"] == verdict).sum()), len(rows)))
-    unc = [s for s in sides if s[0] == "unconstrained"]
-    keep = [s for s in sides if s[0] == "keeper"]
+    unc = _counts(runs, binding.unconstrained, "violates")
+    keep = _counts(runs, binding.keepers, "feasible")
     if not unc and not keep:
         return None, ""
-    loose = loose_stand_ins(runs, binding, min_share)
-    kept = any(k == n for _, _, k, n in keep)
+    loose = [name for name, k, n in unc if k < min_share * n]  # loose_stand_ins, from these counts
+    kept = any(k == n for _, k, n in keep)
     parts = []
     for group, what, seeds in ((unc, "breaks a limit", " seeds"), (keep, "keeps every limit", "")):
         if group:
-            first = f"{group[0][1]} {what} on {group[0][2]}/{group[0][3]}{seeds}"
+            first = f"{group[0][0]} {what} on {group[0][1]}/{group[0][2]}{seeds}"
             parts.append(("unconstrained " if group is unc else "") + ", ".join(
-                [first] + [f"{name} on {k}/{n}" for _, name, k, n in group[1:]]))
+                [first] + [f"{name} on {k}/{n}" for name, k, n in group[1:]]))
     binds = bool(unc) and not loose and (kept or not keep)
     if loose:
         verdict = f"the limits do not bind for {', '.join(loose)} (they need breaking on {math.ceil(min_share * 10)}/10 seeds)"

@@ -171,6 +171,6 @@ def test_the_boards_own_runs_say_whether_its_limits_bind():
     # not a keeper that failed to show itself within, and nobody where no stand-in ran.
     from constrained_grpo.eval.scoring.binding import loose_stand_ins
 
-    assert loose_stand_ins(runs(ppo=["violates"] * 2 + ["feasible"] * 8, grpo=["violates"] * 10), b) == ["ppo"]
+    assert loose_stand_ins(runs(ppo=["violates"] * 2 + ["feasible"] * 8, grpo=["violates"] * 10), b) == [("ppo", 2, 10)]
     assert loose_stand_ins(runs(ppo=["violates"] * 10, **{"ref-safe-driver": ["feasible"] * 9 + ["violates"]}), b) == []
     assert loose_stand_ins(runs(cgrpo=["feasible"] * 10), b) == []
