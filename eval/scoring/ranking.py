@@ -269,22 +269,10 @@ def welch_t_p_values(pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarr
     With normal scores this bound holds for every ratio of the two variances (Hsu 1938;
     Mickey & Brown, Ann. Math. Statist. 1966: the tail of Welch's t never exceeds that of t
     with the smaller sample's degrees of freedom), where the permutation test of the same t is
-    only asymptotically valid. t is computed from the integer-grid sums of
-    :func:`welch_p_values` (p does not depend on summation order); two constant samples give
-    p = 0 when apart and 1 when equal. NaN for a pair with fewer than 2 runs on a side."""
-    from scipy.stats import t as student_t
-
-    out = np.full(len(pairs), np.nan)
-    for i, (x, y) in enumerate(pairs):
-        x, y = np.asarray(x, float), np.asarray(y, float)
-        n, m = len(x), len(y)
-        if min(n, m) < 2:
-            continue
-        z = _integer_grid(np.concatenate([x, y]), n + m)
-        t2 = float(_welch_t2(np.array(z[:n].sum()), np.array((z[:n] ** 2).sum()), np.array(z.sum()),
-                             np.array((z * z).sum()), n, m))
-        out[i] = 0.0 if math.isinf(t2) else min(1.0, 2.0 * float(student_t.sf(math.sqrt(t2), min(n, m) - 1)))
-    return out
+    only asymptotically valid. It is :func:`stratified_t_p_values` with one stratum (sums on
+    the integer grid: p does not depend on summation order); two constant samples give p = 0
+    when apart and 1 when equal. NaN for a pair with fewer than 2 runs on a side."""
+    return stratified_t_p_values([([x], [y]) for x, y in pairs])
 
 
 def _stratified_t2(strata: Sequence[np.ndarray], sizes: Sequence[tuple[int, int]], sel: Sequence[np.ndarray]) -> np.ndarray:
@@ -310,7 +298,7 @@ def stratified_t_p_values(pairs: Sequence[tuple[Sequence[np.ndarray], Sequence[n
     freedom. With normal scores this is conservative for any variances: T² = Z²/D with D a
     weighted mean of independent χ²_ν/ν, smaller in convex order than χ² with the smallest ν
     over its ν, and P(Z² > cD) is convex in D (the argument of Mickey & Brown for two samples).
-    One stratum: :func:`welch_t_p_values`."""
+    One stratum is Welch's t (:func:`welch_t_p_values`)."""
     from scipy.stats import t as student_t
 
     out = np.full(len(pairs), np.nan)
