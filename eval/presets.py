@@ -264,11 +264,13 @@ PRESETS: dict[str, Preset] = {
         Preset(
             "standard",
             "every algorithm the suite ships (28) on every family at budgets where learners converge: 4 gridworld "
-            "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSumLong-v0 and "
-            "ChainSumHard-v1 (the GRPO agents that act on text) x 10 seeds, Math/ChainSum-v0 as an unranked control "
-            "(its limits do not bind); reference policies unranked; 1,930 runs: run it in parts with --skip-recorded",
-            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0",
-                                         "Math/ChainSumHard-v1"),
+            "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v1 x 10 seeds, Math/ChainSumLong-v0 "
+            "(the GRPO agents that act on text) x 10 seeds, Math/ChainSum-v0 as an unranked control "
+            "(its limits do not bind); reference policies unranked; 1,800 runs: run it in parts with --skip-recorded",
+            # Math/ChainSumHard-v1 joins when its warm start answers its problems: with the text
+            # agent's 1,500 supervised steps every learner's return is at the floor (0.008-0.016),
+            # so its order would be one of feasibility alone (docs/benchmark.md section 2).
+            tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Math/ChainSum-v0", "Math/ChainSumLong-v0"),
             controls=("Math/ChainSum-v0",),
             algos=STANDARD_ALGOS,
             seeds=tuple(range(10)),

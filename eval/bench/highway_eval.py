@@ -95,8 +95,9 @@ def measure(algo: str, task: str = TASK, steps: int | None = None, episodes: int
     return row
 
 
-def run(out_dir: Path, algos: Sequence[str] = ALGOS, steps: int | None = None, episodes: int = PLAN_EPISODES) -> list[Path]:
-    """Measure every algorithm of ``algos``, print each row, write ``<out_dir>/highway_eval.csv``."""
+def run(out_dir: Path, algos: Sequence[str] = ALGOS, steps: int | None = None, episodes: int = PLAN_EPISODES,
+        task: str = TASK, name: str = "highway_eval.csv") -> list[Path]:
+    """Measure every algorithm of ``algos`` on ``task``, print each row, write ``<out_dir>/<name>``."""
     try:
         import highway_env  # noqa: F401
     except ImportError:
@@ -106,14 +107,14 @@ def run(out_dir: Path, algos: Sequence[str] = ALGOS, steps: int | None = None, e
 
     rows = []
     for algo in algos:
-        row = measure(algo, steps=steps, episodes=episodes)
+        row = measure(algo, task, steps=steps, episodes=episodes)
         row["load_1m"] = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
         print(f"  [highway_eval] {algo:8s} train {row['train_s']:8.1f} s  eval waves {row['eval_s_waves']:7.1f} s "
               f"(share {row['eval_share_waves']:.2f}, rows used {row['row_use_waves']:.2f})  refilled "
               f"{row['eval_s_refilled']:7.1f} s (share {row['eval_share_refilled']:.2f}, rows used "
               f"{row['row_use_refilled']:.2f})  same episodes {row['same_episodes']}", flush=True)
         rows.append(row)
-    return [write_rows(Path(out_dir) / "highway_eval.csv", rows)]
+    return [write_rows(Path(out_dir) / name, rows)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,8 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--steps", type=int, default=None, help="training env steps (default: the standard budget)")
     parser.add_argument("--episodes", type=int, default=PLAN_EPISODES, help="evaluation episodes per policy")
+    parser.add_argument("--task", default=TASK, help=f"a straight-highway task (default {TASK}; Highway/Highway-v2's "
+                        "plan is 20,000 episodes per policy)")
+    parser.add_argument("--name", default="highway_eval.csv", help="the CSV's file name under --out")
     args = parser.parse_args(argv)
-    run(args.out, args.algos, args.steps, args.episodes)
+    run(args.out, args.algos, args.steps, args.episodes, args.task, args.name)
     return 0
 
 
