@@ -99,13 +99,14 @@ def test_standard_runs():
         "Grid/HazardFuelSlip-v0": (STANDARD_ALGOS, ten, 2_000_000, None),
         "Grid/HazardFuelMud-v0": (STANDARD_ALGOS, ten, 3_000_000, None),
         "Highway/Highway-v1": (STANDARD_ALGOS, ten, 300_000, None),
+        "Highway/Highway-v2": (STANDARD_ALGOS, ten, 3_000_000, None),
         "Math/ChainSum-v0": (text, ten, 9_600, None),
         "Math/ChainSumLong-v0": (text, ten, 9_600, None),
     }
     # ChainSum-v0 runs as an unranked control: its limits do not bind (eval/studies/binding.py).
     assert preset.controls == ("Math/ChainSum-v0",) and "(unranked control)" in preset.summary()
     # Learners, then references: 3 per gridworld task, random + safe driver on highway, the warm start on math.
-    assert len(preset.runs()) == 4 * (28 + 3) * 10 + (28 + 2) * 10 + 2 * (12 + 1) * 10 == 1_800
+    assert len(preset.runs()) == 4 * (28 + 3) * 10 + 2 * (28 + 2) * 10 + 2 * (12 + 1) * 10 == 2_100
     # The coupling experiment's setting is the standard preset's Grid/HazardFuel-v0 (same algos' configs, budget, seeds).
     coupling = PRESETS["coupling"]
     assert coupling.budgets() == {"Grid/HazardFuel-v0": preset.budgets()["Grid/HazardFuel-v0"]}
@@ -159,7 +160,7 @@ def test_algos_override_intersects_with_the_family_restriction():
     grid = _grid(preset)
     assert grid["Math/ChainSum-v0"][0] == ("cgrpo",)
     assert grid["Highway/Highway-v1"][0] == ("cgrpo", "ppo-lag")
-    assert len(preset.runs()) == 4 * 2 * 10 + 2 * 10 + 2 * 1 * 10
+    assert len(preset.runs()) == 4 * 2 * 10 + 2 * 2 * 10 + 2 * 1 * 10
     # A GRPO variant outside the preset's list, asked for by name, runs on math too.
     assert _grid(resolve("standard", tasks=["Math/ChainSum-v0"], algos=["cgrpo-gdpo"]))["Math/ChainSum-v0"][0] == ("cgrpo-gdpo",)
     # A dotted path is not judged.

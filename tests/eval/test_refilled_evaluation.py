@@ -136,6 +136,10 @@ def test_highway_eval_bench_measures_both_ways(tmp_path):
     assert row["train_s"] > 0 and row["eval_s_waves"] > 0 and row["eval_s_refilled"] > 0
     assert 0 < row["row_use_waves"] <= row["row_use_refilled"] <= 1
     assert 0 < row["eval_share_refilled"] < 1 and row["target_eval_share"] == 0.25
+    assert row["task"] == "Highway/Highway-v2"  # the standard preset's highway task by default
     # Another straight-highway task, into a CSV of its own name.
-    (v2,) = highway_eval.run(tmp_path, algos=("cgrpo",), steps=100, episodes=40, task="Highway/Highway-v2", name="v2.csv")
-    assert v2.name == "v2.csv" and pd.read_csv(v2).iloc[0]["task"] == "Highway/Highway-v2"
+    (v1,) = highway_eval.run(tmp_path, algos=("cgrpo",), steps=100, episodes=40, task="Highway/Highway-v1", name="v1.csv")
+    assert v1.name == "v1.csv" and pd.read_csv(v1).iloc[0]["task"] == "Highway/Highway-v1"
+    assert highway_eval.PLAN_EPISODES == {"Highway/Highway-v1": 10_175, "Highway/Highway-v2": 20_000}
+    with pytest.raises(ValueError, match="no recorded plan for 'Highway/Merge-v0'"):
+        highway_eval.measure("cgrpo", "Highway/Merge-v0", steps=100)
