@@ -171,9 +171,8 @@ def test_presets_run_each_familys_references_unranked():
     assert {(r.task, r.algo) for r in runs if r.seed == 0} == {
         *((t, a) for t in ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Grid/HazardFuelSlip-v0", "Grid/HazardFuelMud-v0")
           for a in ("ref-random", "ref-optimal", "ref-unconstrained")),
-        ("Highway/Highway-v1", "ref-random"), ("Highway/Highway-v1", "ref-safe-driver"),
+        *((t, a) for t in ("Highway/Highway-v1", "Highway/Highway-v2") for a in ("ref-random", "ref-safe-driver")),
         ("Math/ChainSum-v0", "ref-warmstart"), ("Math/ChainSumLong-v0", "ref-warmstart"),
-        ("Math/ChainSumHard-v1", "ref-warmstart"),
     }
     assert all(agent_spec(r.algo).reference for r in runs)
     # The warm start starts where the GRPO learners start: the same config as `grpo` there.
