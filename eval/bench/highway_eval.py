@@ -1,7 +1,7 @@
 """Highway evaluation beside training, per run (``make bench``): ``<out>/highway_eval.csv``.
 
 A standard highway run trains the standard preset's budget for its task, then evaluates its
-final policy on the task's plan (:data:`PLAN_EPISODES`, sampled and deterministic:
+final policy on the task's plan (:func:`planned_episodes`, sampled and deterministic:
 ``Highway/Highway-v2``, the default, 3M env steps and 20,000 episodes per policy;
 ``Highway/Highway-v1`` 300k and 10,175). For each learner (``cgrpo``, the GRPO agents' config of the standard
 preset; ``ppo-lag``, the SB3-based learners) this trains one run (seed 0) and times it,
@@ -27,15 +27,24 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALGOS", "PLAN_EPISODES", "TARGET_SHARE", "TASK", "measure", "run"]
+__all__ = ["ALGOS", "TARGET_SHARE", "TASK", "measure", "planned_episodes", "run"]
 
 TASK = "Highway/Highway-v2"
 ALGOS: tuple[str, ...] = ("cgrpo", "ppo-lag")
 #: The evaluation's share of a run's time the issue asks for.
 TARGET_SHARE = 0.25
-#: The plan of each straight-highway task's standard runs (``done.json["eval"]["episodes"]``):
-#: v1's indicator limit 0.1 needs 10,175 episodes; v2's 0.05 needs 21,551, over the cap of 20,000.
-PLAN_EPISODES: dict[str, int] = {"Highway/Highway-v1": 10_175, "Highway/Highway-v2": 20_000}
+
+
+def planned_episodes(task: str) -> int:
+    """Episodes per policy the harness plans for ``task``'s indicator limits
+    (:func:`~constrained_grpo.eval.scoring.verdict.plan_episodes` at its family's power and cap,
+    as ``evaluate_agent`` does before any pilot): ``Highway-v1``'s collision limit 0.1 needs
+    10,175; ``Highway-v2``'s 0.05 needs 21,551, over the cap of 20,000."""
+    from constrained_grpo.eval.scoring.verdict import plan_episodes
+    from constrained_grpo.tasks import task_constraints, task_info
+
+    plan = task_info(task).family.eval
+    return plan_episodes([c for c in task_constraints(task) if c.indicator], power=plan.power, cap=plan.cap)
 
 
 class _Counting:
@@ -67,14 +76,15 @@ def measure(algo: str, task: str = TASK, steps: int | None = None, episodes: int
     from constrained_grpo.eval.evaluation import EVAL_SEED, play_batched
     from constrained_grpo.eval.presets import get_preset
     from constrained_grpo.registry import agent_spec, make_agent
-    from constrained_grpo.tasks import task_constraints
+    from constrained_grpo.tasks import task_constraints, task_info
 
+    if not task_info(task).batched_eval:
+        raise ValueError(f"{task!r} has no batched twin to play the evaluation on; use a straight-highway task, "
+                         f"e.g. {TASK!r}")
     torch.set_num_threads(1)
     standard = get_preset("standard")
     steps = int(standard.scope(task).steps or standard.steps) if steps is None else int(steps)
-    if episodes is None and task not in PLAN_EPISODES:
-        raise ValueError(f"no recorded plan for {task!r}; pass episodes, or use one of {sorted(PLAN_EPISODES)}")
-    episodes = PLAN_EPISODES[task] if episodes is None else int(episodes)
+    episodes = planned_episodes(task) if episodes is None else int(episodes)
     config = {"preset": "quick"} if agent_spec(algo).acts_on_text else {}  # the standard preset's highway scope
     agent = make_agent(algo, task, seed=seed, **config)
     start = time.perf_counter()
@@ -131,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algos", nargs="+", default=list(ALGOS))
     parser.add_argument("--steps", type=int, default=None, help="training env steps (default: the standard budget)")
     parser.add_argument("--episodes", type=int, default=None, help="evaluation episodes per policy (default: the task's plan)")
-    parser.add_argument("--task", default=TASK, choices=sorted(PLAN_EPISODES), help=f"the task (default {TASK})")
+    parser.add_argument("--task", default=TASK, help=f"a straight-highway task (default {TASK})")
     parser.add_argument("--name", default="highway_eval.csv", help="the CSV's file name under --out")
     args = parser.parse_args(argv)
     run(args.out, args.algos, args.steps, args.episodes, args.task, args.name)
