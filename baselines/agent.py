@@ -16,6 +16,7 @@ multiplier state and the counters.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -55,7 +56,7 @@ from constrained_grpo.baselines.saute import SauteConfig
 from constrained_grpo.baselines.trust_region import CPOConfig, PCPOConfig, TRPOLagConfig
 from constrained_grpo.baselines.vec_env import has_batched_twin, make_sb3_vec_env
 from constrained_grpo.constraints import Constraint, costs_from_info, get_constraints, override_limits
-from constrained_grpo.deploy import VALIDATION_WAVE, FinalPolicyKeeper, load_params, member_rows, params_of
+from constrained_grpo.deploy import VALIDATION_WAVE, DeploymentSet, FinalPolicyKeeper, load_params, member_rows, params_of
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
@@ -384,7 +385,7 @@ class BaselineAgent:
 
     # --- the deployed policy (constrained_grpo.deploy) ----------------------------------
     @property
-    def final(self) -> FinalPolicyKeeper:
+    def final(self) -> FinalPolicyKeeper | DeploymentSet:
         """The snapshots the ``deploy`` rule keeps (one candidate per rollout)."""
         if self._final is None:
             cfg = self.config
@@ -424,6 +425,21 @@ class BaselineAgent:
             kept = self.final.deployed()
             self._deployed = [self.model.policy] if not kept else [self._snapshot_policy(params) for params in kept]
         return self._deployed
+
+    def keep_deployments(self, rules: list[str] | tuple[str, ...]) -> None:
+        """Also keep what ``rules`` deploy while training (one training, several deployments:
+        :class:`~constrained_grpo.deploy.DeploymentSet`); call before :meth:`learn`."""
+        self._final = DeploymentSet.around(self.final, rules)
+
+    def use_deployment(self, rule: str, algo: str | None = None) -> None:
+        """Deploy ``rule``'s policy (kept by :meth:`keep_deployments`) from now on: acting,
+        evaluating, recording and saving (``algo``, the run's name, is the learner's here)."""
+        final = self.final
+        if not isinstance(final, DeploymentSet):
+            final = self._final = DeploymentSet.around(final, [])
+        final.use(rule)
+        self.config = dataclasses.replace(self.config, deploy=rule)
+        self._deployed, self._choices = None, None
 
     @property
     def deployment(self) -> dict[str, Any]:

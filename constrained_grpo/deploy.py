@@ -88,7 +88,8 @@ from scipy import stats
 
 __all__ = ["DEPLOY_RULES", "FINAL_POLICIES", "LEGACY_DEPLOY_KEYS", "MAX_VALIDATION_EPISODES",
            "SELECTION_ALPHA", "SHORTLIST", "VALIDATION_EPISODES", "VALIDATION_EPISODES_AUTO_MAX",
-           "VALIDATION_SEED", "VALIDATION_SHARE", "VALIDATION_WAVE", "DeployOptions", "FinalPolicyKeeper", "PlayFn", "check_deploy",
+           "VALIDATION_SEED", "VALIDATION_SHARE", "VALIDATION_WAVE", "DeployOptions", "DeploymentSet", "FinalPolicyKeeper", "PlayFn",
+           "check_deploy",
            "cost_upper_bound", "load_params", "member_rows", "params_of", "upgrade_recorded",
            "validation_bounds", "validation_seeds", "validation_size"]
 
@@ -501,6 +502,82 @@ class FinalPolicyKeeper:
         self.episodes_seen = int(state.get("episodes_seen", 0))
         self._loaded_records = [dict(r) for r in state.get("shortlist") or []]
         self._join_shortlist()
+
+
+
+class DeploymentSet:
+    """One training, several deployment rules: a keeper per rule, all fed the same snapshots.
+
+    It stands where an agent holds its :class:`FinalPolicyKeeper` and forwards training's
+    calls (:meth:`begin`, :meth:`observe`, :meth:`finish`) to every keeper; what is deployed,
+    recorded and saved (:meth:`deployed`, :meth:`state`, :meth:`tensors`) is the keeper of
+    the rule in use (:meth:`use`). Each keeper sees exactly what it would see alone (the
+    snapshots are copies nothing writes to), so a rule's deployed policy and record are those
+    of a run trained with that rule by itself, and the last iterate is the same policy."""
+
+    def __init__(self, keepers: dict[str, FinalPolicyKeeper], rule: str):
+        if rule not in keepers:
+            raise ValueError(f"deploy={rule!r} is not among the kept rules {sorted(keepers)}")
+        self.keepers = dict(keepers)
+        self.current = keepers[rule]
+
+    @classmethod
+    def around(cls, keeper: "FinalPolicyKeeper | DeploymentSet", rules: list[str] | tuple[str, ...]) -> "DeploymentSet":
+        """``keeper``'s rule and ``rules``, each kept with ``keeper``'s options (limits,
+        snapshots, level, shortlist, validation size, indicator costs)."""
+        base = keeper.current if isinstance(keeper, DeploymentSet) else keeper
+        keepers = dict(keeper.keepers) if isinstance(keeper, DeploymentSet) else {base.rule: base}
+        for rule in rules:
+            if rule not in keepers:
+                keepers[rule] = FinalPolicyKeeper(rule, base.limits, base.n, base.alpha, base.shortlist_size,
+                                                  base.validation_episodes, base.indicators)
+        return cls(keepers, base.rule)
+
+    def use(self, rule: str) -> None:
+        """Deploy, record and save ``rule``'s policy from now on."""
+        if rule not in self.keepers:
+            raise ValueError(f"deploy={rule!r} was not kept during training; kept: {sorted(self.keepers)}")
+        self.current = self.keepers[rule]
+
+    @property
+    def rule(self) -> str:
+        return self.current.rule
+
+    @property
+    def active(self) -> bool:
+        return any(k.active for k in self.keepers.values())
+
+    @property
+    def validates(self) -> bool:
+        return self.current.validates
+
+    def begin(self, start_steps: int, target_steps: int) -> None:
+        for keeper in self.keepers.values():
+            keeper.begin(start_steps, target_steps)
+
+    def observe(self, params: list[torch.Tensor] | None, steps_before: int, steps_after: int,
+                batch_return: float, group_costs: np.ndarray, iteration: int, episodes: int | None = None) -> None:
+        for keeper in self.keepers.values():
+            keeper.observe(params, steps_before, steps_after, batch_return, group_costs, iteration, episodes)
+
+    def finish(self, play: PlayFn | None = None) -> None:
+        for keeper in self.keepers.values():
+            keeper.finish(play)
+
+    def deployed(self) -> list[list[torch.Tensor]]:
+        return self.current.deployed()
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return self.current.tensors()
+
+    def load_tensors(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.current.load_tensors(tensors)
+
+    def state(self) -> dict[str, Any]:
+        return self.current.state()
+
+    def load_state(self, state: dict[str, Any] | None) -> None:
+        self.current.load_state(state)
 
 
 def params_of(module: torch.nn.Module) -> list[torch.Tensor]:

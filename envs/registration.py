@@ -21,9 +21,10 @@ import numpy as np
 
 __all__ = ["ALGO_FAMILIES", "Binding", "EpisodeReturns", "EvalPlan", "Family", "TaskInfo", "USER_FAMILY", "register_table", "register_task", "user_tasks"]
 
-#: The algorithm families a task family gives default settings to: the GRPO agents
-#: (:mod:`constrained_grpo.agents`) and the stable-baselines3 baselines.
-ALGO_FAMILIES: tuple[str, ...] = ("grpo", "sb3")
+#: The algorithm families a task family gives default settings to: the GRPO agents on control
+#: tasks (:mod:`constrained_grpo.agents`), the stable-baselines3 baselines, and the GRPO agents
+#: on text tasks (``text``: the text agent's options, its language model's ``lm`` among them).
+ALGO_FAMILIES: tuple[str, ...] = ("grpo", "sb3", "text")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from constrained_grpo.options import merge_options
 if TYPE_CHECKING:  # the runner and the sweep import torch's and scipy's users: not needed to list presets
     from constrained_grpo.eval.runner import RunSpec
 
-__all__ = ["DEFAULT_ALGOS", "PRESETS", "Preset", "STANDARD_ALGOS", "Scope", "get_preset", "resolve"]
+__all__ = ["DEFAULT_ALGOS", "DEPLOYMENT_TASKS", "PRESETS", "Preset", "STANDARD_ALGOS", "STANDARD_DEPLOYMENTS", "Scope",
+           "get_preset", "resolve"]
 
 #: The suite's algorithms, in the order the leaderboard lists ties.
 DEFAULT_ALGOS: tuple[str, ...] = ("cgrpo", "grpo-screw", "grpo", "ppo-lag", "pid-lag", "ppo")
@@ -39,8 +40,18 @@ STANDARD_ALGOS: tuple[str, ...] = (
     "ppo-lag-ogda", "ppo-lag-al", "crpo",
     "cgrpo-corr", "cgrpo-is", "cgrpo-mdp",
 )
-#: Its GRPO agents (their small per-iteration preset on highway).
-_STANDARD_GRPO = tuple(a for a in STANDARD_ALGOS if a.startswith(("cgrpo", "grpo")))
+#: The tasks where every learner of ``standard`` is also deployed by each rule: the deployment
+#: tables (docs/benchmark.md section 5). One training serves a learner's three runs of a seed
+#: (eval.runner.deployment_of), so these cost their evaluations, not trainings.
+DEPLOYMENT_TASKS: tuple[str, ...] = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Highway/Highway-v2")
+#: ``<learner>-best`` and ``<learner>-mix`` of every standard learner but cgrpo (whose two are
+#: in ``STANDARD_ALGOS``, run on every control task).
+STANDARD_DEPLOYMENTS: tuple[str, ...] = tuple(
+    f"{a}-{suffix}" for a in STANDARD_ALGOS if a not in ("cgrpo", "cgrpo-best", "cgrpo-mix") for suffix in ("best", "mix")
+)
+#: Its GRPO agents (their small per-iteration preset on highway), aliases included: an alias
+#: trains as its learner does.
+_STANDARD_GRPO = tuple(a for a in STANDARD_ALGOS + STANDARD_DEPLOYMENTS if a.startswith(("cgrpo", "grpo")))
 
 
 def _is_dotted_path(algo: str) -> bool:
@@ -267,33 +278,38 @@ PRESETS: dict[str, Preset] = {
         # Per-run costs, the plan and the wall time on 2 cores in docs/tuning.md.
         Preset(
             "standard",
-            "every algorithm the suite ships (28) on every family at budgets where learners converge: 4 gridworld "
+            "every algorithm the suite ships (26 learners, and cgrpo-best and cgrpo-mix) on every family at budgets "
+            "where learners converge, and every learner under each deployment rule (<learner>-best, -mix, trained once "
+            "with <learner>) on HazardFuel, HazardFuel3x3 and Highway-v2: 4 gridworld "
             "tasks (K = 2 and the K = 3 Mud) x 10 seeds at 1-3M steps, Highway-v2 x 10 seeds at 3M steps and Highway-v1 "
             "at 300k (a control on the committed board), Math/ChainSumLong-v0 (the GRPO agents that act on text) x 10 "
             "seeds, Math/ChainSum-v0 as an unranked control (its limits do not bind); reference policies unranked; "
-            "2,100 runs: run it in parts with --skip-recorded",
+            "3,600 runs: run it in parts with --skip-recorded",
             # Math/ChainSumHard-v1 joins when its warm start answers its problems: with the text
             # agent's 1,500 supervised steps every learner's return is at the floor (0.008-0.016),
             # so its order would be one of feasibility alone (docs/benchmark.md section 2).
             tasks=STANDARD_GRID_TASKS + ("Highway/Highway-v1", "Highway/Highway-v2", "Math/ChainSum-v0",
                                          "Math/ChainSumLong-v0"),
             controls=("Math/ChainSum-v0",),
-            algos=STANDARD_ALGOS,
+            algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS,
             seeds=tuple(range(10)),
             steps=1_000_000,
             references=True,
             scopes={
-                "Grid/HazardFuel-v0": Scope(steps=3_000_000),
-                "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000),
-                "Grid/HazardFuelSlip-v0": Scope(steps=2_000_000),
-                "Grid/HazardFuelMud-v0": Scope(steps=3_000_000),
-                "Highway/Highway-v2": Scope(steps=HIGHWAY_V2_STEPS),
+                # Every learner under each deployment rule on DEPLOYMENT_TASKS; elsewhere cgrpo's.
+                "gridworld": Scope(algos=STANDARD_ALGOS),
                 "highway": Scope(
+                    algos=STANDARD_ALGOS,
                     steps=HIGHWAY_STANDARD_STEPS,
                     # 8 groups of 8 episodes (up to 30 steps) per GRPO iteration: more iterations
                     # per env step where crashes end episodes early.
                     config={algo: {"preset": "quick"} for algo in _STANDARD_GRPO},
                 ),
+                "Grid/HazardFuel-v0": Scope(steps=3_000_000, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
+                "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
+                "Grid/HazardFuelSlip-v0": Scope(steps=2_000_000),
+                "Grid/HazardFuelMud-v0": Scope(steps=3_000_000),
+                "Highway/Highway-v2": Scope(steps=HIGHWAY_V2_STEPS, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
                 # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
                 # transformer warm-started by 1500 supervised steps): 150 iterations.
                 "math": Scope(steps=9_600),

@@ -16,6 +16,7 @@ import os
 import platform
 import random
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
@@ -359,6 +360,8 @@ class RunOutcome:
         attempt: 1 for the first try, 2 for the retry, ...
         wall_s: seconds the attempt took.
         error: the traceback of a failed attempt.
+        also: the keys of the runs completed with it from the same training (its siblings:
+            the learner's other deployment rules, :func:`execute_run`).
     """
 
     key: str
@@ -366,6 +369,26 @@ class RunOutcome:
     attempt: int
     wall_s: float
     error: str | None = None
+    also: tuple[str, ...] = ()
+
+
+def deployment_of(spec: RunSpec) -> tuple[str, str]:
+    """``(training, rule)``: a digest of everything that decides ``spec``'s training (task,
+    seed, budget, evaluation size, saving, the learner and its whole resolved configuration
+    but the deployment rule) and the rule it deploys. Runs with one training digest and
+    different rules train identically, so one training serves them all (``siblings`` of
+    :func:`execute_run`); a text task's agent deploys its last iterate only and gets a
+    digest of its own."""
+    resolved = resolve(spec.algo, spec.task, **spec.config).to_dict()
+    config = dict(resolved.get("config") or {})
+    rule = str(config.pop("deploy", "last"))
+    info = agent_spec(spec.algo)
+    learner = info.alias_of or spec.algo
+    text = bool(getattr(task_info(spec.task).family, "text", False))
+    key = {"task": spec.task, "seed": spec.seed, "steps": spec.steps, "eval_episodes": spec.eval_episodes,
+           "save_agent": spec.save_agent, "learner": learner, "config": config,
+           "alone": spec.key if text or "deploy" not in (resolved.get("config") or {}) else None}
+    return json.dumps(key, sort_keys=True, default=str), rule
 
 
 def _seed_everything(seed: int) -> None:
@@ -452,8 +475,18 @@ def execute_run(
     recorded_out: str | Path | None = None,
     on_stage: Callable[[str], None] | None = None,
     resolved: ResolvedConfig | None = None,
+    siblings: tuple[RunSpec, ...] | list[RunSpec] = (),
 ) -> RunOutcome:
     """Train, evaluate and save one run into ``spec.run_dir(out)``.
+
+    ``siblings``: runs of the same training under other deployment rules (the same
+    :func:`deployment_of` digest, each its own rule, e.g. ``cgrpo-best`` and ``cgrpo-mix``
+    beside ``cgrpo``). The agent trains once keeping what every rule deploys
+    (``keep_deployments``), then each run is evaluated and written as if it had trained alone
+    (its own ``config.json``, the training's ``progress.csv``, its evaluation, ``done.json``
+    naming the run that trained under ``shared_training``). A sibling that another process
+    holds, or one already complete, is left out; so is every sibling where the agent cannot
+    keep several rules. ``RunOutcome.also`` lists those completed.
 
     The directory is cleared of a previous incomplete attempt, ``config.json`` is
     written first and ``done.json`` last. ``on_progress(env_steps)`` is called after
@@ -478,17 +511,48 @@ def execute_run(
                         "or rerun with --force to replace it\n"))
                 return RunOutcome(spec.key, "done", attempt, 0.0)
             storage.clear_run_dir(path)
-            try:
-                _execute(spec, out if recorded_out is None else recorded_out, path, meta, provenance, attempt, on_progress,
-                         start, on_stage, resolved)
-            except Exception:
-                tb = traceback.format_exc()
-                storage.atomic_write_text(path / ERROR_FILE, f"attempt {attempt}\n{tb}")
-                (path / RUNNING_FILE).unlink(missing_ok=True)  # no process runs it any more
-                return RunOutcome(spec.key, "failed", attempt, time.perf_counter() - start, tb)
+            with contextlib.ExitStack() as held:
+                riders = _hold_siblings(held, spec, siblings, out)
+                written: list[Path] = [path]
+                try:
+                    also = _execute(spec, out if recorded_out is None else recorded_out, path, meta, provenance, attempt,
+                                    on_progress, start, on_stage, resolved, riders, written)
+                except Exception:
+                    tb = traceback.format_exc()
+                    for run_path in written:
+                        storage.atomic_write_text(run_path / ERROR_FILE, f"attempt {attempt}\n{tb}")
+                        (run_path / RUNNING_FILE).unlink(missing_ok=True)  # no process runs it any more
+                    return RunOutcome(spec.key, "failed", attempt, time.perf_counter() - start, tb)
     except storage.RunBusyError as err:
         return RunOutcome(spec.key, "busy", attempt, time.perf_counter() - start, str(err))
-    return RunOutcome(spec.key, "done", attempt, time.perf_counter() - start)
+    return RunOutcome(spec.key, "done", attempt, time.perf_counter() - start, also=also)
+
+
+def _hold_siblings(held: contextlib.ExitStack, spec: RunSpec, siblings: tuple[RunSpec, ...] | list[RunSpec],
+                   out: str | Path) -> list[tuple[RunSpec, Path]]:
+    """The siblings this attempt writes, with their folders, each locked on ``held``: one per
+    rule other than ``spec``'s, of ``spec``'s training, neither complete nor held by another
+    process."""
+    if not siblings:
+        return []
+    training, rule = deployment_of(spec)
+    rules, riders = {rule}, []
+    for sibling in siblings:
+        digest, other = deployment_of(sibling)
+        if digest != training or other in rules or sibling.key == spec.key:
+            continue
+        path = sibling.run_dir(out)
+        if storage.is_complete(path):
+            continue
+        try:
+            held.enter_context(storage.run_lock(path))
+        except storage.RunBusyError:
+            continue
+        if storage.is_complete(path):  # completed meanwhile by the process that held it
+            continue
+        rules.add(other)
+        riders.append((sibling, path))
+    return riders
 
 
 def recorded_config(path: Path) -> dict[str, Any]:
@@ -511,18 +575,22 @@ def _execute(
     start: float,
     on_stage: Callable[[str], None] | None = None,
     resolved: ResolvedConfig | None = None,
-) -> None:
+    riders: list[tuple[RunSpec, Path]] | None = None,
+    written: list[Path] | None = None,
+) -> tuple[str, ...]:
+    """Train ``spec`` (keeping what each rider deploys), evaluate and write it and each rider
+    ``(run, folder)``; the riders' keys written. ``written`` holds the run folders begun and not
+    yet complete (where a failure writes ``error.txt``)."""
     meta = run_meta(spec, meta)
     names = meta.constraint_names
     if resolved is None:
         resolved = resolve(spec.algo, spec.task, **spec.config)
     elif (resolved.algo, resolved.env_id) != (spec.algo, spec.task):
         raise ValueError(f"the resolved configuration is {resolved.algo} on {resolved.env_id}, the run {spec.algo} on {spec.task}")
+    written = [] if written is None else written
     storage.atomic_write_json(path / CONFIG_FILE, run_config(spec, out, meta, provenance, resolved))
-    storage.atomic_write_json(
-        path / RUNNING_FILE,
-        {"pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt, "started_unix": time.time()},
-    )
+    running = {"pid": os.getpid(), "host": socket.gethostname(), "attempt": attempt, "started_unix": time.time()}
+    storage.atomic_write_json(path / RUNNING_FILE, running)
     _limit_threads()
     _seed_everything(spec.seed)
     # Agents of one task and seed share what is costly to build (the text agents' warm start),
@@ -532,6 +600,16 @@ def _execute(
     with _environ(WARMSTART_CACHE_ENV, str(root / WARMSTART_DIR)):
         agent = build_agent(resolved, spec.seed)
     _limit_threads()
+    runs: list[tuple[RunSpec, Path, ResolvedConfig]] = [(spec, path, resolved)]
+    if riders and hasattr(agent, "keep_deployments"):
+        for rider, rider_path in riders:
+            storage.clear_run_dir(rider_path)
+            rider_resolved = resolve(rider.algo, rider.task, **rider.config)
+            storage.atomic_write_json(rider_path / CONFIG_FILE, run_config(rider, out, meta, provenance, rider_resolved))
+            storage.atomic_write_json(rider_path / RUNNING_FILE, running)
+            written.append(rider_path)
+            runs.append((rider, rider_path, rider_resolved))
+        agent.keep_deployments([str(r.to_dict()["config"].get("deploy", "last")) for _, _, r in runs[1:]])
 
     def report(row: Mapping[str, Any]) -> None:
         if on_progress is not None:
@@ -552,35 +630,49 @@ def _execute(
             f"{spec.algo}.learn({spec.steps}) logged no iteration; Contract 2 requires log(record) "
             "once per iteration (docs/architecture.md)"
         )
-    if on_stage is not None:
-        size = (f"{spec.eval_episodes:,} episodes" if spec.eval_episodes is not None
-                else "the episodes its limits call for (the task's plan)")
-        on_stage(f"evaluating the final policy, sampled and greedy, on {size} each ...")
-    evaluated = time.perf_counter()
-    with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
-        results, protocol = evaluate_agent(agent, spec.task, spec.eval_episodes, spec.config.get("env_kwargs"),
-                                           constraints=meta.constraints)
-    if on_stage is not None:
-        on_stage(f"evaluated {protocol.episodes:,} episodes per policy in {time.perf_counter() - evaluated:.1f} s")
-    n_eval = _write_eval(path / EVAL_FILE, results, protocol, names)
-    if spec.save_agent:
-        agent.save(path / AGENT_DIR)
-    done = {
-        "attempt": attempt,
-        "wall_s": time.perf_counter() - start,
-        "env_steps": int(log.rows[-1]["env_steps"]),
-        "progress_rows": len(log.rows),
-        "eval_rows": n_eval,
-        "eval": protocol.to_dict(),
-        # The multipliers' projection bound, where the agent has one: "at bound" needs it.
-        "lambda_max": getattr(agent, "lambda_max", None),
-        # The deployment rule and what it kept (best-feasible: the iteration, its cost bounds).
-        "deployed": getattr(agent, "deployment", None),
-        "host": socket.gethostname(),
-    }
-    (path / RUNNING_FILE).unlink(missing_ok=True)
-    (path / ERROR_FILE).unlink(missing_ok=True)
-    storage.atomic_write_json(path / DONE_FILE, done)
-    if log.has_sinks:
-        log.summary(_evaluation_tags(path))
+    trained_s = time.perf_counter() - start
+    for run, run_path, _ in runs[1:]:  # one training: the same log, iteration for iteration
+        shutil.copyfile(path / PROGRESS_FILE, run_path / PROGRESS_FILE)
+    shared = None if len(runs) == 1 else {"trained_by": spec.key, "runs": [r.key for r, _, _ in runs],
+                                          "train_s": round(trained_s, 3)}
+    for run, run_path, run_resolved in runs:
+        began = time.perf_counter()
+        if len(runs) > 1:
+            agent.use_deployment(str(run_resolved.to_dict()["config"].get("deploy", "last")), run.algo)
+        named = "" if len(runs) == 1 else f" ({run.algo})"
+        if on_stage is not None:
+            size = (f"{run.eval_episodes:,} episodes" if run.eval_episodes is not None
+                    else "the episodes its limits call for (the task's plan)")
+            on_stage(f"evaluating the final policy{named}, sampled and greedy, on {size} each ...")
+        with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
+            results, protocol = evaluate_agent(agent, run.task, run.eval_episodes, run.config.get("env_kwargs"),
+                                               constraints=meta.constraints)
+        if on_stage is not None:
+            on_stage(f"evaluated {protocol.episodes:,} episodes per policy{named} in {time.perf_counter() - began:.1f} s")
+        n_eval = _write_eval(run_path / EVAL_FILE, results, protocol, names)
+        if run.save_agent:
+            agent.save(run_path / AGENT_DIR)
+        done = {
+            "attempt": attempt,
+            # A sibling's time is the training it shares and its own evaluation.
+            "wall_s": time.perf_counter() - start if run is spec else trained_s + time.perf_counter() - began,
+            "env_steps": int(log.rows[-1]["env_steps"]),
+            "progress_rows": len(log.rows),
+            "eval_rows": n_eval,
+            "eval": protocol.to_dict(),
+            # The multipliers' projection bound, where the agent has one: "at bound" needs it.
+            "lambda_max": getattr(agent, "lambda_max", None),
+            # The deployment rule and what it kept (best-feasible: the iteration, its cost bounds).
+            "deployed": getattr(agent, "deployment", None),
+            "host": socket.gethostname(),
+        }
+        if shared is not None:  # which run trained, and the runs that share its training
+            done["shared_training"] = shared
+        (run_path / RUNNING_FILE).unlink(missing_ok=True)
+        (run_path / ERROR_FILE).unlink(missing_ok=True)
+        storage.atomic_write_json(run_path / DONE_FILE, done)
+        written.remove(run_path)
+        if run is spec and log.has_sinks:
+            log.summary(_evaluation_tags(path))
     log.close_sinks()
+    return tuple(r.key for r, _, _ in runs[1:])

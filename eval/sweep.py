@@ -57,6 +57,7 @@ from constrained_grpo.eval.runner import (
     TaskMeta,
     recorded_config,
     check_run_eval_size,
+    deployment_of,
     environment_versions,
     execute_run,
     git_commit,
@@ -207,7 +208,8 @@ def _init_worker(watch: Any = None, progress: Any = None, driver: int | None = N
         threading.Thread(target=_watch_driver, args=(watch,), name="cgrpo-driver-watch", daemon=True).start()
 
 
-def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int) -> RunOutcome:
+def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[str, Any], attempt: int,
+               siblings: list[dict[str, Any]] | None = None) -> RunOutcome:
     key = RunSpec.from_dict(spec).key
 
     def progress(env_steps: int | str) -> None:
@@ -217,6 +219,7 @@ def _local_job(spec: dict[str, Any], out: str, meta: dict[str, Any], prov: dict[
     return execute_run(
         RunSpec.from_dict(spec), out, meta=TaskMeta.from_dict(meta), provenance=prov, attempt=attempt, on_progress=progress,
         on_stage=progress,  # the evaluation's start, progress and end, as lines (str)
+        siblings=[RunSpec.from_dict(s) for s in siblings or ()],
     )
 
 
@@ -254,13 +257,18 @@ class _LocalBackend:
         self._jobs: dict[cf.Future, tuple[RunSpec, int, cf.ProcessPoolExecutor]] = {}
         self._finished: list[cf.ProcessPoolExecutor] = []
 
-    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
+    #: One training serves the runs that deploy it by other rules (``siblings`` of ``execute_run``).
+    shares_training = True
+
+    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int,
+               siblings: Sequence[RunSpec] = ()) -> None:
         for tries_left in (2, 1, 0):
             user = ({k: os.environ[k] for k in (IMPORT_ENV, "PYTHONPATH") if k in os.environ}, list(sys.path))
             pool = cf.ProcessPoolExecutor(max_workers=1, mp_context=self._ctx, initializer=_init_worker,
                                           initargs=(self._watch_r, self.queue, os.getpid(), user))
             try:
-                fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt)
+                fut = pool.submit(_local_job, spec.to_dict(), str(out), meta.to_dict(), prov, attempt,
+                                  [s.to_dict() for s in siblings])
                 break
             except (OSError, EOFError):
                 # The fork server died between the liveness check and the start (OSError: it refused
@@ -393,7 +401,11 @@ class _RayBackend:
         self._remote = ray.remote(num_cpus=1, max_retries=0)(_ray_job)
         self._jobs: dict[Any, tuple[RunSpec, int, Path]] = {}
 
-    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int) -> None:
+    #: A Ray task returns one run's files: each deployment rule trains on its own.
+    shares_training = False
+
+    def submit(self, spec: RunSpec, out: Path, meta: TaskMeta, prov: dict[str, Any], attempt: int,
+               siblings: Sequence[RunSpec] = ()) -> None:
         ref = self._remote.remote(spec.to_dict(), str(out), meta.to_dict(), prov, attempt, self.queue)
         self._jobs[ref] = (spec, attempt, spec.run_dir(out))
 
@@ -569,7 +581,33 @@ def run_sweep(
     pending: list[tuple[RunSpec, int]] = [(s, 1) for s in todo]
     not_before: dict[str, float] = {}  # runs another live process holds: when to look again
     running: dict[str, RunSpec] = {}
+    riding: dict[str, list[tuple[RunSpec, int]]] = {}  # a run's siblings trained with it (other deployment rules)
+    digests: dict[str, tuple[str, str]] = {}
     failed_count = 0
+
+    def deployment(spec: RunSpec) -> tuple[str, str]:
+        if spec.key not in digests:
+            try:
+                digests[spec.key] = deployment_of(spec)
+            except Exception:  # resolution fails in the run itself, with its own error
+                digests[spec.key] = (spec.key, "")
+        return digests[spec.key]
+
+    def take_siblings(spec: RunSpec) -> list[tuple[RunSpec, int]]:
+        """The pending runs of ``spec``'s training under other rules (one per rule): they ride
+        along, trained once (``execute_run``'s ``siblings``)."""
+        if not getattr(engine, "shares_training", False):
+            return []
+        training, rule = deployment(spec)
+        rules, riders = {rule}, []
+        for item in list(pending):
+            other = item[0]
+            digest, other_rule = deployment(other)
+            if digest == training and other_rule not in rules and not storage.is_locked(other.run_dir(out)):
+                rules.add(other_rule)
+                riders.append(item)
+                pending.remove(item)
+        return riders
     warned: dict[tuple[str, str], str] = {}  # (task/algo, a warning's gist) -> the run that said it first
 
     def drain() -> None:
@@ -645,7 +683,8 @@ def run_sweep(
                 if ready is None:
                     break
                 spec, attempt = ready
-                engine.submit(spec, out, metas[spec.task], prov, attempt)
+                riders = riding[spec.key] = take_siblings(spec)
+                engine.submit(spec, out, metas[spec.task], prov, attempt, [r for r, _ in riders])
                 running[spec.key] = spec
                 if not bar.disable:
                     used = set(run_slots.values())
@@ -657,6 +696,20 @@ def run_sweep(
             drain()  # a run's last lines (its evaluation's) before its "done"
             for outcome in outcomes:
                 spec = running.pop(outcome.key)
+                # Siblings share the attempt's fate: a failure counts as theirs (retried as theirs
+                # is); those a finished attempt left out go back to the queue, first, as they were.
+                riders = riding.pop(outcome.key, [])
+                failed_here = outcome.status == "failed"
+                pending[:0] = [(r, a) for r, a in riders if not failed_here and r.key not in outcome.also]
+                for rider, rider_attempt in riders if failed_here else ():
+                    if rider_attempt <= retries:
+                        report.retried.append(rider.key)
+                        pending.append((rider, rider_attempt + 1))
+                    else:
+                        report.failed[rider.key] = outcome.error or "failed"
+                        failed_count += 1
+                        advance()
+                        say(f"[sweep] run {rider.key} FAILED with {outcome.key}, which trained it ({tally()})")
                 run_bar = run_bars.pop(outcome.key, None)
                 run_slots.pop(outcome.key, None)
                 if run_bar is not None:
@@ -665,6 +718,11 @@ def run_sweep(
                     report.done.append(outcome.key)
                     advance()
                     say(f"[sweep] done {outcome.key} (attempt {outcome.attempt}, {outcome.wall_s:.1f} s; {tally()})")
+                    for rider, _ in riders:
+                        if rider.key in outcome.also:
+                            report.done.append(rider.key)
+                            advance()
+                            say(f"[sweep] done {rider.key} (trained once with {outcome.key}; {tally()})")
                 elif outcome.status == "busy":
                     # Another live process took the run first: look again once it lets go.
                     not_before[outcome.key] = time.monotonic() + 1.0

@@ -20,6 +20,7 @@ and ``load``. Saved runs are a directory::
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -36,7 +37,7 @@ from constrained_grpo.agents.config import GRPOConfig, make_config
 from constrained_grpo.agents.control import ControlAdapter
 from constrained_grpo.agents.final_policy import load_params, member_rows
 from constrained_grpo.agents.trainer import GRPOTrainer
-from constrained_grpo.deploy import VALIDATION_WAVE
+from constrained_grpo.deploy import VALIDATION_WAVE, DeploymentSet
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.options import CheckpointError, merge_options, read_saved_json, reading_checkpoint
 from constrained_grpo.registry import EvalResult
@@ -149,6 +150,21 @@ class GRPOAgent:
                     load_params(module, params)
                     self._deployed.append(module)
         return self._deployed
+
+    def keep_deployments(self, rules: list[str] | tuple[str, ...]) -> None:
+        """Also keep what ``rules`` deploy while training (one training, several deployments:
+        :class:`~constrained_grpo.deploy.DeploymentSet`); call before :meth:`learn`."""
+        self.trainer.final = DeploymentSet.around(self.trainer.final, rules)
+
+    def use_deployment(self, rule: str, algo: str | None = None) -> None:
+        """Deploy ``rule``'s policy (kept by :meth:`keep_deployments`) from now on: acting,
+        evaluating, recording and saving, under the run name ``algo`` where given."""
+        if not isinstance(self.trainer.final, DeploymentSet):
+            self.trainer.final = DeploymentSet.around(self.trainer.final, [])
+        self.trainer.final.use(rule)
+        self.config = dataclasses.replace(self.config, deploy=rule)
+        self.algo = self.algo if algo is None else algo
+        self._deployed, self._choices = None, None
 
     @property
     def deployment(self) -> dict[str, Any]:

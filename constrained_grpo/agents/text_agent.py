@@ -346,7 +346,16 @@ def _text_options(config: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
 
 def resolve_text_config(env_id: str, **config: Any) -> dict[str, Any]:
     """What ``make_text_grpo_agent(env_id, **config)`` configures, as JSON values, without
-    building the model: ``{"kind": "text", "algo", "preset", "config", "lm"}``."""
+    building the model: ``{"kind": "text", "algo", "preset", "config", "lm"}``. The task's
+    ``text`` option rows (``TaskInfo.algo_defaults("text")``, e.g. a longer warm start) sit
+    over the variant's options and under the user's; an ``lm`` dict merges key by key."""
+    from constrained_grpo.tasks import task_info
+
+    rows = task_info(env_id).algo_defaults("text")
+    config = merge_options(*[{k: v for k, v in row.items() if k != "lm"} for row in rows], config)
+    task_lm = {k: v for row in rows for k, v in dict(row.get("lm") or {}).items()}
+    if task_lm and not isinstance(config.get("lm"), LMConfig):  # a whole LMConfig given is taken as it is
+        config["lm"] = {**task_lm, **dict(config.get("lm") or {})}
     algo, options = _text_options(config)
     preset = options.pop("preset", "standard")
     lm = options.pop("lm", None)

@@ -11,7 +11,7 @@ from typing import Any
 
 from constrained_grpo.registry import register_agent
 
-__all__ = ["ALIASES", "VARIANTS", "Variant", "register_variants"]
+__all__ = ["ALIASES", "DEPLOY_ALIAS_SUFFIXES", "VARIANTS", "Variant", "register_variants"]
 
 ENTRY_POINT = "constrained_grpo.agents.agent:make_grpo_agent"
 
@@ -144,8 +144,22 @@ _TABLE: tuple[Variant, ...] = (
     ),
 )
 
+#: An alias's suffix and the deployment rule it sets, as the SB3-based learners' aliases
+#: (``constrained_grpo.baselines.agent.DEPLOY_ALIAS_SUFFIXES``).
+DEPLOY_ALIAS_SUFFIXES: dict[str, str] = {"best": "best-feasible", "mix": "tail-mixture"}
+
+# Every other learning algorithm of the family gets the same two aliases (``grpo-best``,
+# ``cgrpo-al-mix``, ...), so a board can hold every learner under each deployment rule, each
+# run named apart and paired with its learner's by seed (one training serves all three in a
+# sweep: eval.runner.deployment_of).
+_TABLE = _TABLE + tuple(
+    Variant(f"{v.name}-{suffix}", f"{v.name} with deploy={rule!r} (an alias)", {**v.options, "deploy": rule})
+    for v in _TABLE if "deploy" not in v.options and v.name != "cgrpo"
+    for suffix, rule in DEPLOY_ALIAS_SUFFIXES.items()
+)
+
 #: Alias names: the learning algorithm each one trains (its ``deploy`` option aside).
-ALIASES: dict[str, str] = {"cgrpo-best": "cgrpo", "cgrpo-mix": "cgrpo"}
+ALIASES: dict[str, str] = {v.name: v.name.rsplit("-", 1)[0] for v in _TABLE if "deploy" in v.options}
 
 #: Variants by registry name.
 VARIANTS: dict[str, Variant] = {v.name: v for v in _TABLE}

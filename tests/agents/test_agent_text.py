@@ -58,3 +58,21 @@ def test_text_agent_learn_save_load_round_trip(tmp_path: Path):
     a, b = agent.evaluate(4, deterministic=True), restored.evaluate(4, deterministic=True)
     np.testing.assert_array_equal(a.returns, b.returns)
     np.testing.assert_array_equal(a.costs, b.costs)
+
+
+def test_a_task_text_row_sits_between_the_preset_and_the_user():
+    """ChainSumHard-v1 declares a 6,000-step warm start (``TaskInfo.defaults["text"]``): its runs
+    resolve with it, a user's other ``lm`` keys keep it, the user's own ``sft_steps`` wins, and a
+    task without the row keeps the text preset's 1,500."""
+    from constrained_grpo.registry import resolve
+
+    def lm(task: str, **config: object) -> dict:
+        resolved = resolve("cgrpo", task, **config).to_dict()
+        return resolved["lm"]
+
+    assert lm("Math/ChainSumHard-v1")["sft_steps"] == 6000
+    assert lm("Math/ChainSumHard-v1", lm={"temperature": 0.9}) == lm("Math/ChainSumHard-v1") | {"temperature": 0.9}
+    assert lm("Math/ChainSumHard-v1", lm={"sft_steps": 100})["sft_steps"] == 100
+    assert lm(MATH)["sft_steps"] == 1500
+    warm = resolve("ref-warmstart", "Math/ChainSumHard-v1").to_dict()["config"]
+    assert warm["lm"]["sft_steps"] == 6000  # the reference is the learners' starting point

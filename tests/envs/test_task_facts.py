@@ -84,8 +84,27 @@ def test_every_algorithm_on_every_task_resolves_as_recorded():
     base = [p for p in pairs if not p.split("|")[1].startswith("Math/RG")]  # reasoning-gym ids need its extra
     assert set(base) <= set(recorded), sorted(set(base) - set(recorded))[:5]
     changed = [p for p in pairs if p in recorded
-               and _digest(_as_recorded(p.split("|")[0], resolve_config(*p.split("|")))) != recorded[p]]
+               and _digest(_before_text_rows(p, _as_recorded(p.split("|")[0], resolve_config(*p.split("|"))))) != recorded[p]]
     assert not changed, changed[:10]
+
+
+#: Tasks whose ``text`` option row was added since the digests were taken, and what it changed:
+#: ChainSumHard-v1's warm start, 6,000 supervised steps instead of the text preset's 1,500.
+TEXT_ROWS_SINCE = {"Math/ChainSumHard-v1": ("sft_steps", 6000, 1500)}
+
+
+def _before_text_rows(pair: str, config: dict) -> dict:
+    """``config`` as it resolved before its task's ``text`` row: that row's one change undone,
+    after checking that it is there (a text agent's ``lm``, or the warm-start reference's)."""
+    task = pair.split("|")[1]
+    text = config if config.get("kind") == "text" else config.get("config", {})
+    if task not in TEXT_ROWS_SINCE or text.get("kind") != "text":
+        return config
+    key, now, then = TEXT_ROWS_SINCE[task]
+    lm = text["lm"]
+    assert lm[key] == now, (pair, lm)
+    lm[key] = then
+    return config
 
 
 def test_an_ids_text_never_changes_its_settings():

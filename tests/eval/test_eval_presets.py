@@ -6,7 +6,9 @@ import pytest
 
 from cgrpo_toy_agent import TASK, TOY
 from constrained_grpo.envs import list_tasks
-from constrained_grpo.eval.presets import DEFAULT_ALGOS, PRESETS, STANDARD_ALGOS, get_preset, resolve
+from constrained_grpo.eval.presets import (DEFAULT_ALGOS, DEPLOYMENT_TASKS, PRESETS, STANDARD_ALGOS, STANDARD_DEPLOYMENTS,
+                                          get_preset, resolve)
+from constrained_grpo.eval.runner import deployment_of
 from constrained_grpo.registry import agent_spec, list_agents
 
 
@@ -88,25 +90,41 @@ def test_standard_runs():
     shipped = {a for a in list_agents(aliases=False) if not a.endswith("-omnisafe") and not agent_spec(a).reference
                and not a.startswith(("cgrpo-batchstd", "cgrpo-dara", "cgrpo-drgrpo", "cgrpo-gdpo", "cgrpo-gspo",
                                      "cgrpo-maxrl", "cgrpo-mu", "cgrpo-norm", "cgrpo-softmax"))}
-    # cgrpo's two other deployments ride along (aliases); the SB3 learners' are run in parts.
+    # cgrpo's two other deployments run on every control task (aliases); 26 learners in all.
     assert set(STANDARD_ALGOS) == shipped | {"cgrpo-best", "cgrpo-mix"} and len(STANDARD_ALGOS) == 28
+    # Every other learner's two, on the three deployment tasks: 25 x 2 aliases, each of its learner.
+    learners = [a for a in STANDARD_ALGOS if agent_spec(a).alias_of is None]
+    assert len(learners) == 26 and len(STANDARD_DEPLOYMENTS) == 50
+    assert {agent_spec(a).alias_of for a in STANDARD_DEPLOYMENTS} == set(learners) - {"cgrpo"}
+    assert {a: agent_spec(a).defaults["deploy"] for a in STANDARD_DEPLOYMENTS if a.startswith("ppo-lag-")} == {
+        "ppo-lag-best": "best-feasible", "ppo-lag-mix": "tail-mixture", "ppo-lag-ogda-best": "best-feasible",
+        "ppo-lag-ogda-mix": "tail-mixture", "ppo-lag-al-best": "best-feasible", "ppo-lag-al-mix": "tail-mixture"}
+    both = STANDARD_ALGOS + STANDARD_DEPLOYMENTS
+    assert DEPLOYMENT_TASKS == ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v0", "Highway/Highway-v2")
     # On math the GRPO agents that can act on text (the deployed-policy remedies cannot).
     text = STANDARD_TEXT
     assert text == tuple(a for a in STANDARD_ALGOS if agent_spec(a).acts_on_text)
     assert _grid(preset) == {
-        "Grid/HazardFuel-v0": (STANDARD_ALGOS, ten, 3_000_000, None),
-        "Grid/HazardFuel3x3-v0": (STANDARD_ALGOS, ten, 1_000_000, None),
+        "Grid/HazardFuel-v0": (both, ten, 3_000_000, None),
+        "Grid/HazardFuel3x3-v0": (both, ten, 1_000_000, None),
         "Grid/HazardFuelSlip-v0": (STANDARD_ALGOS, ten, 2_000_000, None),
         "Grid/HazardFuelMud-v0": (STANDARD_ALGOS, ten, 3_000_000, None),
         "Highway/Highway-v1": (STANDARD_ALGOS, ten, 300_000, None),
-        "Highway/Highway-v2": (STANDARD_ALGOS, ten, 3_000_000, None),
+        "Highway/Highway-v2": (both, ten, 3_000_000, None),
         "Math/ChainSum-v0": (text, ten, 9_600, None),
         "Math/ChainSumLong-v0": (text, ten, 9_600, None),
     }
     # ChainSum-v0 runs as an unranked control: its limits do not bind (eval/studies/binding.py).
     assert preset.controls == ("Math/ChainSum-v0",) and "(unranked control)" in preset.summary()
     # Learners, then references: 3 per gridworld task, random + safe driver on highway, the warm start on math.
-    assert len(preset.runs()) == 4 * (28 + 3) * 10 + 2 * (28 + 2) * 10 + 2 * (12 + 1) * 10 == 2_100
+    assert len(preset.runs()) == (2 * (78 + 3) + 2 * (28 + 3)) * 10 + ((28 + 2) + (78 + 2)) * 10 + 2 * (12 + 1) * 10 == 3_600
+    # The runs of one learner and seed share one training: three rules, one training digest.
+    digests = {}
+    for run in preset.runs():
+        if run.task in DEPLOYMENT_TASKS and not agent_spec(run.algo).reference:
+            digest, rule = deployment_of(run)
+            digests.setdefault(digest, []).append(rule)
+    assert len(digests) == 3 * 26 * 10 and all(sorted(r) == ["best-feasible", "last", "tail-mixture"] for r in digests.values())
     # The coupling experiment's setting is the standard preset's Grid/HazardFuel-v0 (same algos' configs, budget, seeds).
     coupling = PRESETS["coupling"]
     assert coupling.budgets() == {"Grid/HazardFuel-v0": preset.budgets()["Grid/HazardFuel-v0"]}
