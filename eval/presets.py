@@ -70,6 +70,10 @@ class Scope:
     scope's tasks, in the preset's order; an explicit ``--algos`` list is filtered the same
     way. A dotted path (``package.module:factory``) is user code the preset cannot judge
     and always passes."""
+    exclude: tuple[str, ...] | None = None
+    """The preset's algorithms matching one of these ``fnmatch`` patterns do not run on the
+    scope's tasks (an explicit ``--algos`` list is filtered the same way; a name the patterns
+    do not match, a user's algorithm included, passes)."""
     text: bool | None = None
     """The scope's tasks take and give text: only algorithms registered with
     ``acts_on_text=True`` (:class:`~constrained_grpo.registry.AgentSpec`) run on them. A
@@ -89,6 +93,8 @@ class Scope:
         if _is_dotted_path(algo):
             return True
         if self.text and not _acts_on_text(algo):
+            return False
+        if self.exclude and any(fnmatch.fnmatchcase(algo, pattern) for pattern in self.exclude):
             return False
         return self.algos is None or any(fnmatch.fnmatchcase(algo, pattern) for pattern in self.algos)
 
@@ -183,7 +189,8 @@ class Preset:
             config = {a: merge_options(merged.config.get(a, {}), c) for a, c in row.config.items()}
             merged = replace(
                 merged,
-                **{f: getattr(row, f) for f in ("algos", "text", "seeds", "steps", "eval_episodes") if getattr(row, f) is not None},
+                **{f: getattr(row, f) for f in ("algos", "exclude", "text", "seeds", "steps", "eval_episodes")
+                   if getattr(row, f) is not None},
                 config={**merged.config, **config},
             )
         return merged
@@ -297,19 +304,19 @@ PRESETS: dict[str, Preset] = {
             references=True,
             scopes={
                 # Every learner under each deployment rule on DEPLOYMENT_TASKS; elsewhere cgrpo's.
-                "gridworld": Scope(algos=STANDARD_ALGOS),
+                "gridworld": Scope(exclude=STANDARD_DEPLOYMENTS),
                 "highway": Scope(
-                    algos=STANDARD_ALGOS,
+                    exclude=STANDARD_DEPLOYMENTS,
                     steps=HIGHWAY_STANDARD_STEPS,
                     # 8 groups of 8 episodes (up to 30 steps) per GRPO iteration: more iterations
                     # per env step where crashes end episodes early.
                     config={algo: {"preset": "quick"} for algo in _STANDARD_GRPO},
                 ),
-                "Grid/HazardFuel-v0": Scope(steps=3_000_000, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
-                "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
+                "Grid/HazardFuel-v0": Scope(steps=3_000_000, exclude=()),
+                "Grid/HazardFuel3x3-v0": Scope(steps=1_000_000, exclude=()),
                 "Grid/HazardFuelSlip-v0": Scope(steps=2_000_000),
                 "Grid/HazardFuelMud-v0": Scope(steps=3_000_000),
-                "Highway/Highway-v2": Scope(steps=HIGHWAY_V2_STEPS, algos=STANDARD_ALGOS + STANDARD_DEPLOYMENTS),
+                "Highway/Highway-v2": Scope(steps=HIGHWAY_V2_STEPS, exclude=()),
                 # The text agent's standard preset (8 prompts x 8 completions, a 2 x 128
                 # transformer warm-started by 1500 supervised steps): 150 iterations.
                 "math": Scope(steps=9_600),

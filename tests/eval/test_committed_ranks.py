@@ -185,3 +185,29 @@ def test_no_committed_pair_tests_two_deployments_of_one_training(board) -> None:
     for scope, g in dep.groupby("scope"):
         title = f"Deployments over suite {scope.removeprefix('suite:')}" if scope.startswith("suite:") else f"Deployments on {scope}"
         assert [r["rule (runs)"] for r in tables[title]] == [f"{d} ({a})" for d, a in zip(g["deploy"], g["algo"])]
+
+
+def test_every_committed_deployment_deploys_its_learners_own_training() -> None:
+    """A deployment row is paired with its learner's last iterate of the same seed because both
+    are one training: their training logs (every logged column but the clock) are the same,
+    iteration for iteration. A deployment trained apart on another machine would diverge."""
+    from constrained_grpo.eval.scoring.loader import load_results
+
+    record = RESULTS / "standard"
+    if not record.is_dir():
+        pytest.skip("no committed record")
+    res = load_results(record)
+    train = res.table[res.table["kind"] == "train"]
+    configs = run_configs(record)
+    rules = {key: run_deployment(cfg) for key, cfg in configs.items()}
+    logged = [c for c in train.columns if c not in ("algo", "wall_s", "episode", "policy", "reset_seed", "length")
+              and train[c].notna().any()]
+    by_run = {key: g[logged].reset_index(drop=True) for key, g in train.groupby(["task", "algo", "seed"])}
+    checked = 0
+    for (task, algo, seed), (learner, rule) in rules.items():
+        if rule == "last":
+            continue
+        ours, theirs = by_run[(task, algo, seed)], by_run[(task, learner, seed)]
+        pd.testing.assert_frame_equal(ours, theirs, check_dtype=False, obj=f"{algo} vs {learner} on {task}, seed {seed}")
+        checked += 1
+    assert checked == sum(rule != "last" for _, rule in rules.values()) >= 200

@@ -173,6 +173,18 @@ def test_math_runs_only_grpo_agents():
     assert PRESETS["standard"].task_algos("Math/Arithmetic-v0") == STANDARD_TEXT
 
 
+def test_the_deployment_aliases_run_only_on_the_deployment_tasks_and_user_algorithms_everywhere():
+    """``standard`` keeps the learners' -best/-mix aliases to DEPLOYMENT_TASKS by excluding them
+    elsewhere, not by an allow-list: a user's algorithm passes on every control task."""
+    preset = PRESETS["standard"]
+    for task in ("Grid/HazardFuelSlip-v0", "Highway/Highway-v1", "Grid/HazardFuel3x3-v0", "Highway/Highway-v2"):
+        scope = preset.scope(task)
+        assert scope.allows(TOY) and scope.allows("cell-bandit") and scope.allows("cgrpo-best")
+        assert scope.allows("ppo-lag-best") == (task in DEPLOYMENT_TASKS)
+    grid = _grid(resolve("standard", tasks=["Grid/HazardFuelSlip-v0"], algos=["cgrpo", "ppo-lag-mix"]))
+    assert grid["Grid/HazardFuelSlip-v0"][0] == ("cgrpo",)
+
+
 def test_algos_override_intersects_with_the_family_restriction():
     preset = resolve("standard", algos=["cgrpo", "ppo-lag"])
     grid = _grid(preset)
