@@ -679,6 +679,20 @@ def _task_section(task: str, ranked: pd.DataFrame | None, meta: TaskMeta, reason
 
 
 #: The deployment table's one-line note (under a task's ranked table, or a suite's aggregate).
+#: The most run names the preamble lists for the runs that deploy by another rule; past it, a summary.
+DEPLOYMENT_NAMES_LISTED = 12
+
+
+def _deployment_names(other_rule: pd.DataFrame) -> str:
+    """The names of the runs deploying another rule: listed up to :data:`DEPLOYMENT_NAMES_LISTED`,
+    else counted by rule over their learners (the deployment tables list them)."""
+    names = sorted(other_rule["algo"].astype(str).unique())
+    if len(names) <= DEPLOYMENT_NAMES_LISTED:
+        return ", ".join(names)
+    rules = other_rule.groupby("deploy")["learner"].nunique()
+    return f"{len(names)} names: " + ", ".join(f"{rule} of {n} learner(s)" for rule, n in rules.items())
+
+
 DEPLOYMENT_NOTE = ("Not ranked: deployments of a ranked learner's own trainings by another rule (its runs in brackets), "
                    "each compared with the learner's last iterate paired by seed (gain in score: 95% t interval; seeds "
                    "moved into or out of the limits: McNemar's exact test at 5%).")
@@ -911,7 +925,7 @@ def build_leaderboard(
     preamble = (
         f"{len(runs)} runs, {runs['task'].nunique()} task(s), {runs_ranked['algo'].nunique()} ranked algorithm(s)"
         + (f" and {ref_runs['algo'].nunique()} reference policies" if len(ref_runs) else "")
-        + (f"; {len(other_rule)} of the runs ({', '.join(sorted(other_rule['algo'].astype(str).unique()))}) deploy a ranked "
+        + (f"; {len(other_rule)} of the runs ({_deployment_names(other_rule)}) deploy a ranked "
            "learner's trainings by another rule: not ranked, compared with its last iterate in the deployment tables."
            if len(other_rule) else "."),
         "Scored: each run's final policy, evaluated by the harness on the same episodes (reset seeds) for every "

@@ -209,3 +209,18 @@ def test_plot_draws_each_training_once(results_copy: Path, tmp_path: Path) -> No
     r = run_cgrpo("plot", str(results_copy), "--out", str(tmp_path / "plots"), pythonpath=[here])
     assert r.returncode == 0, r.stderr
     assert any(p.suffix == ".png" for p in (tmp_path / "plots").iterdir())
+
+
+def test_the_preamble_counts_many_deployment_names_by_rule() -> None:
+    """Up to 12 names are listed; past that (every learner under two rules) the preamble counts
+    them per rule over their learners, which the deployment tables then list."""
+    from constrained_grpo.eval.scoring.leaderboard import _deployment_names
+
+    few = pd.DataFrame({"algo": ["a-best", "a-mix", "a-best"], "learner": ["a", "a", "a"],
+                        "deploy": ["best-feasible", "tail-mixture", "best-feasible"]})
+    assert _deployment_names(few) == "a-best, a-mix"
+    learners = [f"l{i}" for i in range(7)]
+    many = pd.DataFrame({"algo": [f"{x}-{s}" for x in learners for s in ("best", "mix")],
+                         "learner": [x for x in learners for _ in (0, 1)],
+                         "deploy": ["best-feasible", "tail-mixture"] * 7})
+    assert _deployment_names(many) == "14 names: best-feasible of 7 learner(s), tail-mixture of 7 learner(s)"
