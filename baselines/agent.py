@@ -60,7 +60,7 @@ from constrained_grpo.deploy import VALIDATION_WAVE, DeploymentSet, FinalPolicyK
 from constrained_grpo.files import atomic_write_text
 from constrained_grpo.multipliers import make_multiplier
 from constrained_grpo.options import CheckpointError, read_saved_json, reading_checkpoint
-from constrained_grpo.registry import EvalResult, register_agent
+from constrained_grpo.registry import DEPLOY_ALIAS_SUFFIXES, EvalResult, register_agent
 from constrained_grpo.sampling import categorical_from_uniform, episode_choice, gaussian_from_uniform, play_waves
 from constrained_grpo.tasks import make_env, make_vec_env, rollout_episodes, task_info
 from constrained_grpo.wrappers import RecordEpisodeCost
@@ -790,10 +790,6 @@ class BaselineFactory:
 
     def from_resolved(self, env_id: str, seed: int, resolved: Mapping[str, Any]) -> BaselineAgent:
         return baseline_from_resolved(self.name, env_id, seed, resolved)
-
-
-#: An alias's suffix and the deployment rule it sets (``<learner>-best``, ``<learner>-mix``).
-DEPLOY_ALIAS_SUFFIXES: dict[str, str] = {"best": "best-feasible", "mix": "tail-mixture"}
 
 
 def register_baselines() -> None:

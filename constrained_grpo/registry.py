@@ -41,6 +41,7 @@ __all__ = [
     "EvalResult",
     "LOG_REQUIRED_KEYS",
     "WARMSTART_CACHE_ENV",
+    "DEPLOY_ALIAS_SUFFIXES",
     "agent_spec",
     "list_agents",
     "load_entry_point",
@@ -61,6 +62,11 @@ WARMSTART_CACHE_ENV = "CGRPO_WARMSTART_CACHE"
 
 #: The one flattener of a log record (``schema.flatten_record``), under its registry name.
 flatten_log_record = flatten_record
+
+#: An alias's suffix and the deployment rule it sets (:attr:`AgentSpec.alias_of`): ``<learner>-best``
+#: and ``<learner>-mix`` name a learner's runs deployed by best-feasible and tail-mixture
+#: (``constrained_grpo.deploy``), GRPO variants and SB3-based learners alike.
+DEPLOY_ALIAS_SUFFIXES: dict[str, str] = {"best": "best-feasible", "mix": "tail-mixture"}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from constrained_grpo.registry import DEPLOY_ALIAS_SUFFIXES
 from constrained_grpo.options import merge_options
 
 if TYPE_CHECKING:  # the runner and the sweep import torch's and scipy's users: not needed to list presets
@@ -47,7 +48,7 @@ DEPLOYMENT_TASKS: tuple[str, ...] = ("Grid/HazardFuel-v0", "Grid/HazardFuel3x3-v
 #: ``<learner>-best`` and ``<learner>-mix`` of every standard learner but cgrpo (whose two are
 #: in ``STANDARD_ALGOS``, run on every control task).
 STANDARD_DEPLOYMENTS: tuple[str, ...] = tuple(
-    f"{a}-{suffix}" for a in STANDARD_ALGOS if a not in ("cgrpo", "cgrpo-best", "cgrpo-mix") for suffix in ("best", "mix")
+    f"{a}-{suffix}" for a in STANDARD_ALGOS if a not in ("cgrpo", "cgrpo-best", "cgrpo-mix") for suffix in DEPLOY_ALIAS_SUFFIXES
 )
 #: Its GRPO agents (their small per-iteration preset on highway), aliases included: an alias
 #: trains as its learner does.

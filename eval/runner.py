@@ -372,6 +372,12 @@ class RunOutcome:
     also: tuple[str, ...] = ()
 
 
+def _deploy_rule(resolved: Mapping[str, Any]) -> str:
+    """The deployment rule of a resolved configuration (``ResolvedConfig.to_dict()``): ``last``
+    where it sets none (a text agent, a user's agent without the option)."""
+    return str((resolved.get("config") or {}).get("deploy", "last"))
+
+
 def deployment_of(spec: RunSpec) -> tuple[str, str]:
     """``(training, rule)``: a digest of everything that decides ``spec``'s training (task,
     seed, budget, evaluation size, saving, the learner and its whole resolved configuration
@@ -380,8 +386,8 @@ def deployment_of(spec: RunSpec) -> tuple[str, str]:
     :func:`execute_run`); a text task's agent deploys its last iterate only and gets a
     digest of its own."""
     resolved = resolve(spec.algo, spec.task, **spec.config).to_dict()
-    config = dict(resolved.get("config") or {})
-    rule = str(config.pop("deploy", "last"))
+    rule = _deploy_rule(resolved)
+    config = {k: v for k, v in (resolved.get("config") or {}).items() if k != "deploy"}
     info = agent_spec(spec.algo)
     learner = info.alias_of or spec.algo
     text = bool(getattr(task_info(spec.task).family, "text", False))
@@ -609,7 +615,7 @@ def _execute(
             storage.atomic_write_json(rider_path / RUNNING_FILE, running)
             written.append(rider_path)
             runs.append((rider, rider_path, rider_resolved))
-        agent.keep_deployments([str(r.to_dict()["config"].get("deploy", "last")) for _, _, r in runs[1:]])
+        agent.keep_deployments([_deploy_rule(r.to_dict()) for _, _, r in runs[1:]])
 
     def report(row: Mapping[str, Any]) -> None:
         if on_progress is not None:
@@ -631,14 +637,14 @@ def _execute(
             "once per iteration (docs/architecture.md)"
         )
     trained_s = time.perf_counter() - start
-    for run, run_path, _ in runs[1:]:  # one training: the same log, iteration for iteration
+    for _, run_path, _ in runs[1:]:  # one training: the same log, iteration for iteration
         shutil.copyfile(path / PROGRESS_FILE, run_path / PROGRESS_FILE)
     shared = None if len(runs) == 1 else {"trained_by": spec.key, "runs": [r.key for r, _, _ in runs],
                                           "train_s": round(trained_s, 3)}
     for run, run_path, run_resolved in runs:
         began = time.perf_counter()
         if len(runs) > 1:
-            agent.use_deployment(str(run_resolved.to_dict()["config"].get("deploy", "last")), run.algo)
+            agent.use_deployment(_deploy_rule(run_resolved.to_dict()), run.algo)
         named = "" if len(runs) == 1 else f" ({run.algo})"
         if on_stage is not None:
             size = (f"{run.eval_episodes:,} episodes" if run.eval_episodes is not None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from constrained_grpo.registry import register_agent
+from constrained_grpo.registry import DEPLOY_ALIAS_SUFFIXES, register_agent
 
 __all__ = ["ALIASES", "DEPLOY_ALIAS_SUFFIXES", "VARIANTS", "Variant", "register_variants"]
 
@@ -143,10 +143,6 @@ _TABLE: tuple[Variant, ...] = (
         {"deploy": "tail-mixture"},
     ),
 )
-
-#: An alias's suffix and the deployment rule it sets, as the SB3-based learners' aliases
-#: (``constrained_grpo.baselines.agent.DEPLOY_ALIAS_SUFFIXES``).
-DEPLOY_ALIAS_SUFFIXES: dict[str, str] = {"best": "best-feasible", "mix": "tail-mixture"}
 
 # Every other learning algorithm of the family gets the same two aliases (``grpo-best``,
 # ``cgrpo-al-mix``, ...), so a board can hold every learner under each deployment rule, each
