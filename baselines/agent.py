@@ -426,6 +426,11 @@ class BaselineAgent:
             self._deployed = [self.model.policy] if not kept else [self._snapshot_policy(params) for params in kept]
         return self._deployed
 
+    @property
+    def deploys_last_iterate(self) -> bool:
+        """Whether the deployed policy is the last iterate (the rule kept no snapshot)."""
+        return not self.final.deployed()
+
     def keep_deployments(self, rules: list[str] | tuple[str, ...]) -> None:
         """Also keep what ``rules`` deploy while training (one training, several deployments:
         :class:`~constrained_grpo.deploy.DeploymentSet`); call before :meth:`learn`."""

@@ -641,20 +641,33 @@ def _execute(
         shutil.copyfile(path / PROGRESS_FILE, run_path / PROGRESS_FILE)
     shared = None if len(runs) == 1 else {"trained_by": spec.key, "runs": [r.key for r, _, _ in runs],
                                           "train_s": round(trained_s, 3)}
+    # The evaluation of the group's run that deployed the last iterate: a rule that deploys it
+    # too (best-feasible where no candidate is shown within) plays the same policy on the same
+    # episodes, so its evaluation is that one, row for row (tests/eval/test_shared_training.py).
+    last_played: tuple[str, Mapping[str, EvalResult], EvalProtocol] | None = None
     for run, run_path, run_resolved in runs:
         began = time.perf_counter()
         if len(runs) > 1:
             agent.use_deployment(_deploy_rule(run_resolved.to_dict()), run.algo)
         named = "" if len(runs) == 1 else f" ({run.algo})"
-        if on_stage is not None:
-            size = (f"{run.eval_episodes:,} episodes" if run.eval_episodes is not None
-                    else "the episodes its limits call for (the task's plan)")
-            on_stage(f"evaluating the final policy{named}, sampled and greedy, on {size} each ...")
-        with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
-            results, protocol = evaluate_agent(agent, run.task, run.eval_episodes, run.config.get("env_kwargs"),
-                                               constraints=meta.constraints)
-        if on_stage is not None:
-            on_stage(f"evaluated {protocol.episodes:,} episodes per policy{named} in {time.perf_counter() - began:.1f} s")
+        plays_last = len(runs) > 1 and bool(getattr(agent, "deploys_last_iterate", False))
+        reused = last_played if plays_last else None
+        if reused is not None:
+            _, results, protocol = reused
+            if on_stage is not None:
+                on_stage(f"the final policy{named} is the last iterate, evaluated with {reused[0]}: its evaluation reused")
+        else:
+            if on_stage is not None:
+                size = (f"{run.eval_episodes:,} episodes" if run.eval_episodes is not None
+                        else "the episodes its limits call for (the task's plan)")
+                on_stage(f"evaluating the final policy{named}, sampled and greedy, on {size} each ...")
+            with eval_progress.reporting(on_stage):  # episodes done of the plan and ETA, every EVERY_S seconds
+                results, protocol = evaluate_agent(agent, run.task, run.eval_episodes, run.config.get("env_kwargs"),
+                                                   constraints=meta.constraints)
+            if on_stage is not None:
+                on_stage(f"evaluated {protocol.episodes:,} episodes per policy{named} in {time.perf_counter() - began:.1f} s")
+            if plays_last:
+                last_played = (run.key, results, protocol)
         n_eval = _write_eval(run_path / EVAL_FILE, results, protocol, names)
         if run.save_agent:
             agent.save(run_path / AGENT_DIR)
@@ -674,6 +687,8 @@ def _execute(
         }
         if shared is not None:  # which run trained, and the runs that share its training
             done["shared_training"] = shared
+        if reused is not None:  # the run whose evaluation of the same policy this one is
+            done["eval_of"] = reused[0]
         (run_path / RUNNING_FILE).unlink(missing_ok=True)
         (run_path / ERROR_FILE).unlink(missing_ok=True)
         storage.atomic_write_json(run_path / DONE_FILE, done)

@@ -151,6 +151,11 @@ class GRPOAgent:
                     self._deployed.append(module)
         return self._deployed
 
+    @property
+    def deploys_last_iterate(self) -> bool:
+        """Whether the deployed policy is the last iterate (the rule kept no snapshot)."""
+        return not self.trainer.final.deployed()
+
     def keep_deployments(self, rules: list[str] | tuple[str, ...]) -> None:
         """Also keep what ``rules`` deploy while training (one training, several deployments:
         :class:`~constrained_grpo.deploy.DeploymentSet`); call before :meth:`learn`."""

@@ -76,10 +76,34 @@ def test_one_training_writes_each_rule_as_if_it_had_trained_alone(learner: str, 
         assert b["done"]["shared_training"]["trained_by"] == keys[0]
         assert b["done"]["shared_training"]["runs"] == keys
     # The rules deploy what they say: best-feasible a validated candidate or the last iterate,
-    # the mixture several members.
+    # the mixture several members; a rule's evaluation is the learner's exactly where it deploys
+    # the last iterate.
     best = _run(specs[1], together)["done"]["deployed"]
     assert best["rule"] == "best-feasible" and best["validation"]["deployed"] is not None
     assert _run(specs[2], together)["done"]["deployed"]["kept"] > 1
+    for spec in specs[1:]:
+        done = _run(spec, together)["done"]
+        assert done.get("eval_of") == (keys[0] if done["deployed"]["kept"] == 0 else None), spec.key
+
+
+@pytest.mark.slow
+def test_a_rule_that_deploys_the_last_iterate_is_evaluated_once(tmp_path: Path) -> None:
+    # A fuel limit no training batch keeps: best-feasible shows no candidate within and deploys
+    # the last iterate, the policy the learner's run has just evaluated on the same episodes.
+    config = {"preset": "quick", "limits": {"hazard": 1.0, "fuel": 2.05}}
+    specs = expand_grid([TASK], ["cgrpo", "cgrpo-best"], [3], 12_000, eval_episodes=300,
+                        config={"cgrpo": config, "cgrpo-best": config}, save_agent=False)
+    together = tmp_path / "together"
+    assert run_sweep(specs, together, workers=1, **QUIET).ok
+    best = _run(specs[1], together)
+    assert best["done"]["deployed"]["kept"] == 0 and best["done"]["deployed"]["validation"]["deployed"] == "last"
+    assert best["done"]["eval_of"] == specs[0].key
+    assert best["eval"] == _run(specs[0], together)["eval"]
+    # ... and that evaluation is the one best-feasible's run trained alone plays.
+    alone = tmp_path / "alone"
+    assert execute_run(specs[1], alone).status == "done"
+    assert _run(specs[1], alone)["eval"] == best["eval"]
+    assert "eval_of" not in _run(specs[1], alone)["done"]
 
 
 @pytest.mark.slow
